@@ -1,0 +1,790 @@
+/**********************************************************************
+ * sdb.c - the sdb thread registry, inside the Ruby process.
+ *
+ * At require, publishes /dev/shm/sdb-<pid> (layout: sdb_registry.h) for
+ * the sdb sidecar: a header naming this Ruby's memory layout (one row of
+ * sdb_layouts.h, checked here against rb_profile_frames) and one slot per
+ * live Ruby thread (its rb_thread_t*, &th->ec, tid, name). The sidecar
+ * reads it lock-free; every slot write goes through a seqlock.
+ *
+ * Threading: every entry point below runs with the GVL held, except
+ * sdb_thread_exited (Ruby >= 3.2 internal thread hook), which may only
+ * mark a slot dead with plain stores. lib/sdb.rb owns thread lifecycle
+ * (Thread.new/start/fork, name=, Process._fork) and calls the private
+ * singleton methods registered in Init_sdb_ext.
+ **********************************************************************/
+#define _GNU_SOURCE 1
+#include <ruby.h>
+#include <ruby/debug.h>
+#ifdef HAVE_RUBY_THREAD_H
+#include <ruby/thread.h>
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sdb_registry.h"
+#include "sdb_layouts.h"
+
+#define SDB_MAX_SLOTS 65536
+#define SDB_CHECK_FRAMES 2048
+#define SDB_PATH_CAP 1024
+
+_Static_assert(sizeof(struct sdb_slot) == 128, "sdb_slot is 128 bytes");
+_Static_assert(sizeof(struct sdb_layout) % 8 == 0, "sdb_layout is 8-byte sized");
+
+static struct {
+    int fd;
+    void *map;
+    size_t map_size;
+    struct sdb_header *hdr;
+    struct sdb_slot *slots;
+    uint32_t slot_count;
+    uint32_t *free_stack; /* free slot indices; top at free_top - 1 */
+    uint32_t free_top;
+    uint8_t *used;        /* 1 while a slot is handed out (C's view) */
+    VALUE threads;        /* Array: slot index -> Thread (GC-marked) */
+    uint64_t next_serial;
+    int warned_full;
+    int enabled;
+    int end_proc_set;
+    pid_t pid;
+    struct sdb_layout layout;
+    char path[64];
+} sdb = { .fd = -1 };
+
+static ID sdb_id_alive_p, sdb_id_name, sdb_id_warn, sdb_id_native_thread_id;
+
+/* ---------- small helpers ---------- */
+
+static uint64_t
+sdb_now_ns(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint32_t
+sdb_gettid(void)
+{
+    return (uint32_t)syscall(SYS_gettid);
+}
+
+static void
+sdb_copy_cstr(char *dst, size_t cap, const char *src, size_t len)
+{
+    if (len > cap - 1) len = cap - 1;
+    if (len == cap - 1) { /* do not cut a UTF-8 sequence in half */
+        while (len > 0 && ((unsigned char)src[len] & 0xc0) == 0x80) len--;
+    }
+    memcpy(dst, src, len);
+    memset(dst + len, 0, cap - len);
+}
+
+static void
+sdb_warn(const char *msg)
+{
+    rb_funcall(rb_mKernel, sdb_id_warn, 1, rb_str_new_cstr(msg));
+}
+
+/* Fault-safe read of our own memory: EFAULT instead of SIGSEGV. */
+static int
+sdb_read(uint64_t addr, void *out, size_t len)
+{
+    struct iovec local = { out, len };
+    struct iovec remote = { (void *)(uintptr_t)addr, len };
+    if (addr == 0) return -1;
+    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -1;
+}
+
+static int
+sdb_read_u64(uint64_t addr, uint64_t *out)
+{
+    return sdb_read(addr, out, sizeof(*out));
+}
+
+/* ---------- seqlock (writer side) ---------- */
+
+static void
+sdb_slot_lock(struct sdb_slot *s)
+{
+    int spins = 0;
+    for (;;) {
+        uint64_t g = __atomic_load_n(&s->gen, __ATOMIC_ACQUIRE);
+        if (!(g & 1) &&
+            __atomic_compare_exchange_n(&s->gen, &g, g + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            break;
+        /* only the thread-exit hook can hold it, for a few stores */
+        if (++spins > 1000) sched_yield();
+    }
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static void
+sdb_slot_unlock(struct sdb_slot *s)
+{
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&sdb.hdr->gen, 1, __ATOMIC_RELEASE);
+}
+
+/* ---------- the file ---------- */
+
+static uint64_t
+sdb_proc_start_ticks(void)
+{
+    char buf[1024];
+    ssize_t n;
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    char *p, *save = NULL;
+    int field;
+    if (fd < 0) return 0;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    p = strrchr(buf, ')'); /* comm may hold spaces and parens */
+    if (!p) return 0;
+    p++;
+    /* after ")" comes field 3 (state); we want field 22 (starttime) */
+    for (field = 3, p = strtok_r(p, " ", &save); p; p = strtok_r(NULL, " ", &save), field++) {
+        if (field == 22) return strtoull(p, NULL, 10);
+    }
+    return 0;
+}
+
+static uint32_t
+sdb_slot_count_from_env(void)
+{
+    const char *e = getenv("SDB_MAX_THREADS");
+    long n;
+    if (!e || !*e) return SDB_DEFAULT_SLOTS;
+    n = strtol(e, NULL, 10);
+    if (n < 1 || n > SDB_MAX_SLOTS) return SDB_DEFAULT_SLOTS;
+    return (uint32_t)n;
+}
+
+static VALUE
+sdb_const_str(const char *name)
+{
+    VALUE v = rb_const_get(rb_cObject, rb_intern(name));
+    return RB_TYPE_P(v, T_STRING) ? v : rb_str_new_cstr("");
+}
+
+/* Creates, sizes and maps the file; fills the header (status STARTING).
+ * Returns NULL or a reason (static or in `why`). */
+static const char *
+sdb_file_create(char *why, size_t cap)
+{
+    uint32_t count = sdb_slot_count_from_env();
+    uint32_t slots_offset = (uint32_t)((sizeof(struct sdb_header) + 63) & ~(size_t)63);
+    size_t size = (size_t)slots_offset + (size_t)count * sizeof(struct sdb_slot);
+    int fd = -1, attempt;
+    void *map;
+    VALUE v;
+    uint32_t i;
+
+    sdb.pid = getpid();
+    snprintf(sdb.path, sizeof(sdb.path), "%s%d", SDB_REGISTRY_PREFIX, (int)sdb.pid);
+    for (attempt = 0; attempt < 2; attempt++) {
+        fd = open(sdb.path, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, 0600);
+        if (fd >= 0 || errno != EEXIST || attempt == 1) break;
+        unlink(sdb.path); /* stale file of an earlier process with our pid */
+    }
+    if (fd < 0) {
+        snprintf(why, cap, "cannot create %s (%s); profiling disabled (is /dev/shm mounted and writable?)",
+                 sdb.path, strerror(errno));
+        sdb.path[0] = 0;
+        return why;
+    }
+    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)size) != 0 ||
+        (map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+        snprintf(why, cap, "cannot size or map %s (%s); profiling disabled", sdb.path, strerror(errno));
+        close(fd);
+        unlink(sdb.path);
+        sdb.path[0] = 0;
+        return why;
+    }
+    sdb.fd = fd;
+    sdb.map = map;
+    sdb.map_size = size;
+    sdb.hdr = (struct sdb_header *)map;
+    sdb.slots = (struct sdb_slot *)((char *)map + slots_offset);
+    sdb.slot_count = count;
+    sdb.next_serial = 1;
+    sdb.warned_full = 0;
+
+    /* C-side slot bookkeeping: a stack of free indices, slot 0 on top */
+    xfree(sdb.free_stack);
+    xfree(sdb.used);
+    sdb.free_stack = ALLOC_N(uint32_t, count);
+    sdb.used = ZALLOC_N(uint8_t, count);
+    for (i = 0; i < count; i++) sdb.free_stack[i] = count - 1 - i;
+    sdb.free_top = count;
+    rb_ary_clear(sdb.threads);
+
+    memcpy(sdb.hdr->magic, SDB_REGISTRY_MAGIC, 8);
+    sdb.hdr->version = SDB_REGISTRY_VERSION;
+    sdb.hdr->header_size = sizeof(struct sdb_header);
+    sdb.hdr->slot_size = sizeof(struct sdb_slot);
+    sdb.hdr->slot_count = count;
+    sdb.hdr->slots_offset = slots_offset;
+    sdb.hdr->pid = (uint32_t)sdb.pid;
+    sdb.hdr->status = SDB_STATUS_STARTING;
+    sdb.hdr->proc_start_ticks = sdb_proc_start_ticks();
+    sdb.hdr->created_mono_ns = sdb_now_ns(CLOCK_MONOTONIC);
+    v = sdb_const_str("RUBY_VERSION");
+    sdb_copy_cstr(sdb.hdr->ruby_version, sizeof(sdb.hdr->ruby_version), RSTRING_PTR(v), RSTRING_LEN(v));
+    v = sdb_const_str("RUBY_DESCRIPTION");
+    sdb_copy_cstr(sdb.hdr->ruby_description, sizeof(sdb.hdr->ruby_description), RSTRING_PTR(v), RSTRING_LEN(v));
+    return NULL;
+}
+
+static void
+sdb_disable(const char *reason)
+{
+    sdb.enabled = 0;
+    if (!sdb.hdr) return;
+    sdb_copy_cstr(sdb.hdr->disabled_reason, sizeof(sdb.hdr->disabled_reason), reason, strlen(reason));
+    __atomic_store_n(&sdb.hdr->status, SDB_STATUS_DISABLED, __ATOMIC_RELEASE);
+}
+
+static void
+sdb_at_exit(VALUE unused)
+{
+    (void)unused;
+    if (sdb.path[0] && sdb.hdr && getpid() == sdb.pid) unlink(sdb.path);
+}
+
+/* ---------- the layout check ---------- */
+
+struct sdb_vm_frame {
+    uint32_t path_len;
+    long first_lineno, local_first_lineno;
+    char path[SDB_PATH_CAP];
+};
+
+static int
+sdb_read_lineno(const struct sdb_layout *L, uint64_t body, long *out)
+{
+    if (L->body_first_lineno_is_fixnum) {
+        uint64_t v;
+        if (sdb_read_u64(body + L->body_first_lineno, &v)) return -1;
+        *out = (long)((int64_t)v >> 1);
+    }
+    else {
+        int32_t v;
+        if (sdb_read(body + L->body_first_lineno, &v, sizeof(v))) return -1;
+        *out = v;
+    }
+    return 0;
+}
+
+/* Reads a String's bytes through the layout. */
+static int
+sdb_read_rstring(const struct sdb_layout *L, uint64_t str, struct sdb_vm_frame *f)
+{
+    uint64_t flags, len, ptr;
+    if (sdb_read_u64(str, &flags) || (flags & 0x1f) != 0x05) return -1;
+    if (flags & (1ull << L->rstring_noembed_bit)) {
+        if (sdb_read_u64(str + L->rstring_heap_len, &len) || sdb_read_u64(str + L->rstring_heap_ptr, &ptr))
+            return -1;
+    }
+    else {
+        if (L->rstring_embed_len != SDB_NA) {
+            uint64_t l;
+            if (sdb_read_u64(str + L->rstring_embed_len, &l)) return -1;
+            len = l;
+        }
+        else {
+            len = (flags >> L->rstring_embed_len_shift) & L->rstring_embed_len_mask;
+        }
+        ptr = str + L->rstring_embed_ary;
+    }
+    if (len > (1u << 20)) return -1;
+    f->path_len = (uint32_t)len;
+    if (len > SDB_PATH_CAP) len = SDB_PATH_CAP;
+    return len ? sdb_read(ptr, f->path, len) : 0;
+}
+
+/* pathobj: a String, or an Array [path, realpath]. */
+static int
+sdb_read_pathobj(const struct sdb_layout *L, uint64_t pathobj, struct sdb_vm_frame *f)
+{
+    uint64_t flags, first;
+    if (sdb_read_u64(pathobj, &flags)) return -1;
+    if ((flags & 0x1f) == 0x07) {
+        uint64_t elts = pathobj + L->rarray_embed_ary;
+        if (!(flags & (1ull << L->rarray_embed_bit))) {
+            if (sdb_read_u64(pathobj + L->rarray_heap_ptr, &elts)) return -1;
+        }
+        if (sdb_read_u64(elts, &first)) return -1;
+        pathobj = first;
+    }
+    return sdb_read_rstring(L, pathobj, f);
+}
+
+static int
+sdb_is_iseq(uint64_t iseq)
+{
+    uint64_t flags;
+    if (sdb_read_u64(iseq, &flags)) return 0;
+    return (flags & 0x1f) == 0x1a && ((flags >> 12) & 0xf) == 7;
+}
+
+/* Walks this thread's frames through the layout and compares them with
+ * rb_profile_frames. 0 = agreed; -1 = refused, reason in `why`. */
+static int
+sdb_check_layout(const struct sdb_layout *L, char *why, size_t cap)
+{
+    VALUE buf[SDB_CHECK_FRAMES];
+    int lines[SDB_CHECK_FRAMES];
+    struct sdb_vm_frame *mine;
+    uint64_t th = (uint64_t)(uintptr_t)RTYPEDDATA_DATA(rb_thread_current());
+    uint64_t ec, back, cfp, stack, stack_size, end;
+    unsigned char cfpbuf[256];
+    int n, i, nmine = 0, j = 0, rc = -1;
+
+    if (sdb_read_u64(th + L->thread_ec, &ec)) {
+        snprintf(why, cap, "cannot read rb_thread_t.ec at +%u (%s)", L->thread_ec, strerror(errno));
+        return -1;
+    }
+    if (sdb_read_u64(ec + L->ec_thread_ptr, &back) || back != th) {
+        snprintf(why, cap, "ec->thread_ptr (+%u) does not point back at the thread", L->ec_thread_ptr);
+        return -1;
+    }
+    if (L->thread_status != SDB_NA) {
+        uint8_t b;
+        if (sdb_read(th + L->thread_status, &b, 1) || ((b >> L->thread_status_shift) & L->thread_status_mask) != 0) {
+            snprintf(why, cap, "th->status (byte %u) does not say RUNNABLE for the running thread", L->thread_status);
+            return -1;
+        }
+    }
+    if (sdb_read_u64(ec + L->ec_cfp, &cfp) || sdb_read_u64(ec + L->ec_vm_stack, &stack) ||
+        sdb_read_u64(ec + L->ec_vm_stack_size, &stack_size)) {
+        snprintf(why, cap, "cannot read ec->cfp/vm_stack/vm_stack_size");
+        return -1;
+    }
+    end = stack + stack_size * 8;
+    if (L->cfp_size == 0 || L->cfp_size > sizeof(cfpbuf) || stack_size == 0 || stack_size > (1u << 26) ||
+        cfp < stack || cfp >= end || (end - cfp) % L->cfp_size != 0) {
+        snprintf(why, cap, "ec->cfp is not a control frame inside the VM stack (cfp size %u)", L->cfp_size);
+        return -1;
+    }
+
+    n = rb_profile_frames(0, SDB_CHECK_FRAMES, buf, lines);
+    mine = ALLOC_N(struct sdb_vm_frame, SDB_CHECK_FRAMES);
+    for (; cfp < end && nmine < SDB_CHECK_FRAMES; cfp += L->cfp_size) {
+        uint64_t pc, iseq, body, pathobj, local, lbody;
+        struct sdb_vm_frame *f = &mine[nmine];
+        if (sdb_read(cfp, cfpbuf, L->cfp_size)) {
+            snprintf(why, cap, "cannot read a control frame at 0x%llx", (unsigned long long)cfp);
+            goto done;
+        }
+        memcpy(&pc, cfpbuf + L->cfp_pc, 8);
+        memcpy(&iseq, cfpbuf + L->cfp_iseq, 8);
+        if (!iseq || !pc || !sdb_is_iseq(iseq)) continue;
+        if (sdb_read_u64(iseq + L->iseq_body, &body) || !body) continue;
+        if (sdb_read_u64(body + L->body_pathobj, &pathobj) || sdb_read_pathobj(L, pathobj, f) ||
+            sdb_read_lineno(L, body, &f->first_lineno)) {
+            snprintf(why, cap, "frame %d: cannot read the iseq's path/first_lineno (pathobj +%u)",
+                     nmine, L->body_pathobj);
+            goto done;
+        }
+        f->local_first_lineno = f->first_lineno;
+        if (!sdb_read_u64(body + L->body_local_iseq, &local) && local && local != iseq &&
+            !sdb_read_u64(local + L->iseq_body, &lbody) && lbody)
+            sdb_read_lineno(L, lbody, &f->local_first_lineno);
+        nmine++;
+    }
+
+    for (i = 0; i < n; i++) {
+        VALUE path = rb_profile_frame_path(buf[i]);
+        VALUE first = rb_profile_frame_first_lineno(buf[i]);
+        long want_line;
+        struct sdb_vm_frame *f;
+        if (!RB_TYPE_P(path, T_STRING) || !FIXNUM_P(first)) continue; /* cfunc */
+        if (j >= nmine) {
+            if (n == SDB_CHECK_FRAMES || nmine == SDB_CHECK_FRAMES) break;
+            snprintf(why, cap, "Ruby reports more frames than the layout finds (%d found)", nmine);
+            goto done;
+        }
+        f = &mine[j];
+        want_line = FIX2LONG(first);
+        if ((long)f->path_len != RSTRING_LEN(path) ||
+            memcmp(f->path, RSTRING_PTR(path), f->path_len < SDB_PATH_CAP ? f->path_len : SDB_PATH_CAP)) {
+            snprintf(why, cap, "frame %d: path \"%.*s\" read through the layout, Ruby says \"%.*s\"", j,
+                     (int)(f->path_len < 60 ? f->path_len : 60), f->path,
+                     (int)(RSTRING_LEN(path) < 60 ? RSTRING_LEN(path) : 60), RSTRING_PTR(path));
+            goto done;
+        }
+        /* for a block in a method Ruby names the method: its local iseq */
+        if (want_line != f->first_lineno && want_line != f->local_first_lineno) {
+            snprintf(why, cap, "frame %d (%.*s): first_lineno %ld read through the layout, Ruby says %ld", j,
+                     (int)(f->path_len < 60 ? f->path_len : 60), f->path, f->first_lineno, want_line);
+            goto done;
+        }
+        j++;
+    }
+    if (i == n && j != nmine && n < SDB_CHECK_FRAMES) {
+        snprintf(why, cap, "the layout finds %d Ruby frames, Ruby reports %d", nmine, j);
+        goto done;
+    }
+    if (j == 0) {
+        snprintf(why, cap, "no Ruby frame found to compare");
+        goto done;
+    }
+    rc = 0;
+done:
+    xfree(mine);
+    return rc;
+}
+
+static const struct sdb_layout_row *
+sdb_pick_row(const char *name)
+{
+    size_t i;
+    for (i = 0; i < SDB_LAYOUT_ROW_COUNT; i++)
+        if (strcmp(sdb_layout_rows[i].name, name) == 0) return &sdb_layout_rows[i];
+    return NULL;
+}
+
+/* SDB_TEST_CORRUPT_LAYOUT=<field> (tests only): shift one offset by 8. */
+static void
+sdb_corrupt_for_tests(struct sdb_layout *L)
+{
+    const char *e = getenv("SDB_TEST_CORRUPT_LAYOUT");
+    if (!e || !*e) return;
+    if (!strcmp(e, "1") || !strcmp(e, "thread_ec")) L->thread_ec += 8;
+    else if (!strcmp(e, "body_pathobj")) L->body_pathobj += 8;
+    else if (!strcmp(e, "cfp_iseq")) L->cfp_iseq += 8;
+    else if (!strcmp(e, "body_first_lineno")) L->body_first_lineno += 8;
+    else if (!strcmp(e, "cfp_size")) L->cfp_size += 8;
+}
+
+/* ---------- slots ---------- */
+
+static void
+sdb_slot_release(uint32_t idx)
+{
+    struct sdb_slot *s = &sdb.slots[idx];
+    if (!sdb.used[idx]) return;
+    sdb_slot_lock(s);
+    s->live = 0;
+    s->state = SDB_STATE_UNKNOWN;
+    sdb_slot_unlock(s);
+    sdb.used[idx] = 0;
+    rb_ary_store(sdb.threads, idx, Qnil);
+    sdb.free_stack[sdb.free_top++] = idx;
+}
+
+/* Releases slots of dead threads: adopted ones (no ensure) and any slot
+ * the thread-exit hook marked dead. */
+static void
+sdb_sweep(void)
+{
+    uint32_t i;
+    long len = RARRAY_LEN(sdb.threads);
+    for (i = 0; i < sdb.slot_count && (long)i < len; i++) {
+        VALUE th;
+        if (!sdb.used[i]) continue;
+        if (!__atomic_load_n(&sdb.slots[i].live, __ATOMIC_ACQUIRE)) {
+            sdb_slot_release(i);
+            continue;
+        }
+        if (!(sdb.slots[i].flags & SDB_SLOT_ADOPTED)) continue;
+        th = rb_ary_entry(sdb.threads, i);
+        if (NIL_P(th) || !RTEST(rb_funcall(th, sdb_id_alive_p, 0))) sdb_slot_release(i);
+    }
+}
+
+static int
+sdb_slot_register(VALUE thread, uint32_t tid, uint32_t flags)
+{
+    uint32_t idx;
+    struct sdb_slot *s;
+    VALUE name;
+    uint64_t th;
+
+    if (!sdb.enabled) return -1;
+    sdb_sweep();
+    if (sdb.free_top == 0) {
+        if (!sdb.warned_full) {
+            char msg[200];
+            sdb.warned_full = 1;
+            snprintf(msg, sizeof(msg),
+                     "sdb: all %u registry slots are taken; new threads are not profiled "
+                     "(raise SDB_MAX_THREADS)", sdb.slot_count);
+            sdb_warn(msg);
+        }
+        return -1;
+    }
+    name = rb_funcall(thread, sdb_id_name, 0);
+    idx = sdb.free_stack[--sdb.free_top];
+    sdb.used[idx] = 1;
+    rb_ary_store(sdb.threads, idx, thread);
+    th = (uint64_t)(uintptr_t)RTYPEDDATA_DATA(thread);
+
+    s = &sdb.slots[idx];
+    sdb_slot_lock(s);
+    s->live = 1;
+    s->native_tid = tid;
+    s->serial = sdb.next_serial++;
+    s->thread_addr = th;
+    s->ec_addr = th + sdb.layout.thread_ec;
+    s->start_mono_ns = sdb_now_ns(CLOCK_MONOTONIC);
+    s->start_wall_ns = sdb_now_ns(CLOCK_REALTIME);
+    s->state = SDB_STATE_UNKNOWN;
+    s->flags = flags;
+    if (RB_TYPE_P(name, T_STRING))
+        sdb_copy_cstr(s->name, SDB_NAME_MAX, RSTRING_PTR(name), RSTRING_LEN(name));
+    else
+        memset(s->name, 0, SDB_NAME_MAX);
+    sdb_slot_unlock(s);
+    return (int)idx;
+}
+
+#ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
+/* Runs on the exiting native thread, maybe without the GVL: plain
+ * stores only. Marks that thread's slot dead; the next sweep frees it. */
+static void
+sdb_thread_exited(rb_event_flag_t event, const rb_internal_thread_event_data_t *data, void *arg)
+{
+    uint32_t tid = sdb_gettid(), i;
+    struct sdb_slot *slots = sdb.slots;
+    (void)event; (void)data; (void)arg;
+    if (!slots || !sdb.enabled) return;
+    for (i = 0; i < sdb.slot_count; i++) {
+        struct sdb_slot *s = &slots[i];
+        uint64_t g;
+        if (__atomic_load_n(&s->native_tid, __ATOMIC_RELAXED) != tid ||
+            !__atomic_load_n(&s->live, __ATOMIC_RELAXED))
+            continue;
+        g = __atomic_load_n(&s->gen, __ATOMIC_ACQUIRE);
+        if ((g & 1) || !__atomic_compare_exchange_n(&s->gen, &g, g + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            continue; /* the GVL side is writing it: the sweep will see the thread dead */
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        if (s->native_tid == tid) s->live = 0;
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        __atomic_store_n(&s->gen, g + 2, __ATOMIC_RELEASE);
+        __atomic_fetch_add(&sdb.hdr->gen, 1, __ATOMIC_RELEASE);
+    }
+}
+#endif
+
+/* ---------- Ruby-visible (private) entry points ---------- */
+
+/* Sdb.__open -> nil, or a String: why sdb is disabled (to warn once). */
+static VALUE
+sdb_open(VALUE self)
+{
+    char why[256];
+    char name[16];
+    const char *reason, *forced = getenv("SDB_FORCE_LAYOUT");
+    const struct sdb_layout_row *row;
+    VALUE ver = sdb_const_str("RUBY_VERSION");
+    (void)self;
+
+    if (sdb.hdr) return Qnil; /* already open */
+    if ((reason = sdb_file_create(why, sizeof(why))) != NULL) return rb_str_new_cstr(reason);
+    if (!sdb.end_proc_set) {
+        rb_set_end_proc(sdb_at_exit, Qnil);
+        sdb.end_proc_set = 1;
+    }
+
+    if (forced && *forced) {
+        sdb_copy_cstr(name, sizeof(name), forced, strlen(forced));
+    }
+    else {
+        const char *v = RSTRING_PTR(ver), *dot1 = strchr(v, '.');
+        const char *dot2 = dot1 ? strchr(dot1 + 1, '.') : NULL;
+        size_t len = dot2 ? (size_t)(dot2 - v) : strlen(v);
+        sdb_copy_cstr(name, sizeof(name), v, len);
+    }
+    row = sdb_pick_row(name);
+    if (!row) {
+        if (forced && *forced)
+            snprintf(why, sizeof(why), "SDB_FORCE_LAYOUT=%s names no layout row (known: 3.1 3.2 3.3 3.4 4.0); "
+                     "profiling disabled", name);
+        else
+            snprintf(why, sizeof(why), "Ruby %s has no layout row; profiling disabled "
+                     "(set SDB_FORCE_LAYOUT=4.0 or 3.4 to try the nearest row)", RSTRING_PTR(ver));
+        sdb_disable(why);
+        return rb_str_new_cstr(why);
+    }
+    sdb_copy_cstr(sdb.hdr->layout_name, sizeof(sdb.hdr->layout_name), row->name, strlen(row->name));
+    sdb.layout = row->layout;
+    sdb_corrupt_for_tests(&sdb.layout);
+    memcpy(&sdb.hdr->layout, &sdb.layout, sizeof(sdb.layout));
+    if (sdb_check_layout(&sdb.layout, why, sizeof(why)) != 0) {
+        char msg[256 + 128];
+        snprintf(msg, sizeof(msg), "layout %s does not match this Ruby %s: %s; profiling disabled "
+                 "(report this with `ruby -v`)", row->name, RSTRING_PTR(ver), why);
+        sdb_disable(msg);
+        return rb_str_new_cstr(msg);
+    }
+    sdb.enabled = 1;
+    __atomic_store_n(&sdb.hdr->status, SDB_STATUS_ENABLED, __ATOMIC_RELEASE);
+#ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
+    {
+        static int hooked = 0;
+        if (!hooked) {
+            rb_internal_thread_add_event_hook(sdb_thread_exited, RUBY_INTERNAL_THREAD_EVENT_EXITED, NULL);
+            hooked = 1;
+        }
+    }
+#endif
+    return Qnil;
+}
+
+/* Sdb.__register_current(flags) -> slot index or nil; from the thread itself. */
+static VALUE
+sdb_register_current(VALUE self, VALUE flags)
+{
+    int idx = sdb_slot_register(rb_thread_current(), sdb_gettid(), NUM2UINT(flags));
+    (void)self;
+    return idx < 0 ? Qnil : INT2FIX(idx);
+}
+
+/* Sdb.__adopt(thread, flags) -> slot index or nil; for a thread alive at require. */
+static VALUE
+sdb_adopt(VALUE self, VALUE thread, VALUE flags)
+{
+    VALUE tid = rb_funcall(thread, sdb_id_native_thread_id, 0);
+    int idx;
+    (void)self;
+    if (NIL_P(tid)) return Qnil; /* not started or already dead */
+    idx = sdb_slot_register(thread, NUM2UINT(tid), NUM2UINT(flags) | SDB_SLOT_ADOPTED);
+    return idx < 0 ? Qnil : INT2FIX(idx);
+}
+
+/* Sdb.__release(index, thread): frees the thread's slot (index is a hint). */
+static VALUE
+sdb_release(VALUE self, VALUE index, VALUE thread)
+{
+    long idx = NIL_P(index) ? -1 : NUM2LONG(index);
+    uint32_t i;
+    (void)self;
+    if (!sdb.enabled) return Qnil;
+    if (idx >= 0 && (uint32_t)idx < sdb.slot_count && sdb.used[idx] && rb_ary_entry(sdb.threads, idx) == thread) {
+        sdb_slot_release((uint32_t)idx);
+    }
+    else {
+        for (i = 0; i < sdb.slot_count; i++)
+            if (sdb.used[i] && rb_ary_entry(sdb.threads, i) == thread) sdb_slot_release(i);
+    }
+    sdb_sweep();
+    return Qnil;
+}
+
+/* Sdb.__rename(thread, name): updates the name in the thread's slot. */
+static VALUE
+sdb_rename(VALUE self, VALUE thread, VALUE name)
+{
+    uint64_t th = (uint64_t)(uintptr_t)RTYPEDDATA_DATA(thread);
+    uint32_t i;
+    (void)self;
+    if (!sdb.enabled) return Qnil;
+    for (i = 0; i < sdb.slot_count; i++) {
+        struct sdb_slot *s = &sdb.slots[i];
+        if (!sdb.used[i] || s->thread_addr != th) continue;
+        sdb_slot_lock(s);
+        if (RB_TYPE_P(name, T_STRING))
+            sdb_copy_cstr(s->name, SDB_NAME_MAX, RSTRING_PTR(name), RSTRING_LEN(name));
+        else
+            memset(s->name, 0, SDB_NAME_MAX);
+        sdb_slot_unlock(s);
+    }
+    return Qnil;
+}
+
+/* Sdb.__after_fork_child: in a fork child, drop the parent's registry
+ * (unmap, never unlink) and publish our own, with the forking thread as
+ * the main thread. Returns nil or a reason string. */
+static VALUE
+sdb_after_fork_child(VALUE self)
+{
+    char why[256];
+    const char *reason;
+    int was_enabled = sdb.enabled;
+    (void)self;
+    if (!sdb.hdr) return Qnil;
+    sdb.enabled = 0;
+    munmap(sdb.map, sdb.map_size);
+    if (sdb.fd >= 0) close(sdb.fd);
+    sdb.fd = -1;
+    sdb.map = NULL;
+    sdb.hdr = NULL;
+    sdb.slots = NULL;
+    sdb.path[0] = 0;
+    if (!was_enabled) return Qnil;
+    if ((reason = sdb_file_create(why, sizeof(why))) != NULL) return rb_str_new_cstr(reason);
+    /* the layout was checked in the parent: same Ruby, same memory */
+    sdb_copy_cstr(sdb.hdr->layout_name, sizeof(sdb.hdr->layout_name), "", 0);
+    {
+        size_t i;
+        for (i = 0; i < SDB_LAYOUT_ROW_COUNT; i++)
+            if (!memcmp(&sdb_layout_rows[i].layout, &sdb.layout, sizeof(sdb.layout)))
+                sdb_copy_cstr(sdb.hdr->layout_name, sizeof(sdb.hdr->layout_name),
+                              sdb_layout_rows[i].name, strlen(sdb_layout_rows[i].name));
+    }
+    memcpy(&sdb.hdr->layout, &sdb.layout, sizeof(sdb.layout));
+    sdb.enabled = 1;
+    __atomic_store_n(&sdb.hdr->status, SDB_STATUS_ENABLED, __ATOMIC_RELEASE);
+    sdb_slot_register(rb_thread_current(), sdb_gettid(), SDB_SLOT_MAIN | SDB_SLOT_ADOPTED);
+    return Qnil;
+}
+
+static VALUE
+sdb_enabled_p(VALUE self)
+{
+    (void)self;
+    return sdb.enabled && sdb.hdr && sdb.hdr->status == SDB_STATUS_ENABLED ? Qtrue : Qfalse;
+}
+
+static VALUE
+sdb_registry_path(VALUE self)
+{
+    (void)self;
+    return sdb.hdr && sdb.path[0] ? rb_str_new_cstr(sdb.path) : Qnil;
+}
+
+void
+Init_sdb_ext(void)
+{
+    VALUE mSdb = rb_define_module("Sdb");
+    VALUE sing = rb_singleton_class(mSdb);
+    const char *priv[] = { "__open", "__register_current", "__adopt", "__release", "__rename",
+                           "__after_fork_child", "__enabled?", "__registry_path" };
+    size_t i;
+
+    sdb_id_alive_p = rb_intern("alive?");
+    sdb_id_name = rb_intern("name");
+    sdb_id_warn = rb_intern("warn");
+    sdb_id_native_thread_id = rb_intern("native_thread_id");
+    sdb.threads = rb_ary_new();
+    rb_gc_register_mark_object(sdb.threads);
+
+    rb_define_singleton_method(mSdb, "__open", sdb_open, 0);
+    rb_define_singleton_method(mSdb, "__register_current", sdb_register_current, 1);
+    rb_define_singleton_method(mSdb, "__adopt", sdb_adopt, 2);
+    rb_define_singleton_method(mSdb, "__release", sdb_release, 2);
+    rb_define_singleton_method(mSdb, "__rename", sdb_rename, 2);
+    rb_define_singleton_method(mSdb, "__after_fork_child", sdb_after_fork_child, 0);
+    rb_define_singleton_method(mSdb, "__enabled?", sdb_enabled_p, 0);
+    rb_define_singleton_method(mSdb, "__registry_path", sdb_registry_path, 0);
+    for (i = 0; i < sizeof(priv) / sizeof(priv[0]); i++)
+        rb_funcall(sing, rb_intern("private"), 1, ID2SYM(rb_intern(priv[i])));
+    rb_define_const(mSdb, "SLOT_MAIN", INT2FIX(SDB_SLOT_MAIN));
+    rb_define_const(mSdb, "SLOT_ADOPTED", INT2FIX(SDB_SLOT_ADOPTED));
+}
