@@ -1,0 +1,155 @@
+/**********************************************************************
+ * sdb_registry.h - the shared-memory thread registry, byte for byte.
+ *
+ * Written by the gem (gem/ext/sdb/sdb.c) inside the Ruby process, read
+ * by the sidecar (sidecar/sdb_sidecar/_sampler.pyx, sidecar/.../registry.py)
+ * from another process. This header is the one definition both sides
+ * compile against; docs/registry-format.md explains it in prose.
+ *
+ * File: /dev/shm/sdb-<pid>, mode 0600, owned by the Ruby process's user.
+ *   [struct sdb_header][padding to slots_offset][slot 0][slot 1]...
+ *
+ * Slots are guarded by a seqlock: `gen` is odd while the gem writes the
+ * slot and is bumped again (to even) when the write is done. A reader
+ * copies the slot, re-reads gen, and trusts the copy only if gen was even
+ * and unchanged. Every registration, rename and release bumps gen, so a
+ * reader that saw (gen, serial) at the start of a stack read and sees the
+ * same pair afterwards knows the thread stayed registered meanwhile.
+ *
+ * Change anything here => bump SDB_REGISTRY_VERSION (readers refuse a
+ * version they do not know, with a message that says so).
+ **********************************************************************/
+#ifndef SDB_REGISTRY_H
+#define SDB_REGISTRY_H 1
+
+#include <stdint.h>
+
+#define SDB_REGISTRY_MAGIC "SDBREG\0\0" /* 8 bytes */
+#define SDB_REGISTRY_VERSION 1
+#define SDB_REGISTRY_PREFIX "/dev/shm/sdb-"
+#define SDB_DEFAULT_SLOTS 1024
+#define SDB_NAME_MAX 64
+
+/* header.status */
+#define SDB_STATUS_STARTING 0 /* file made, layout not yet checked */
+#define SDB_STATUS_ENABLED 1  /* layout checked: readers may sample */
+#define SDB_STATUS_DISABLED 2 /* gem refused to run: see disabled_reason */
+
+/* slot.flags */
+#define SDB_SLOT_MAIN 0x1    /* the process's main thread */
+#define SDB_SLOT_ADOPTED 0x2 /* alive before require "sdb": released by sweep, not by ensure */
+
+/* slot.state: what the thread is doing (kept current on Ruby >= 3.2) */
+#define SDB_STATE_UNKNOWN 0
+#define SDB_STATE_RUNNING 1  /* holds the GVL, running Ruby */
+#define SDB_STATE_GVL_WAIT 2 /* ready, waiting for the GVL */
+#define SDB_STATE_BLOCKED 3  /* released the GVL: sleep, IO, lock, queue */
+
+/*
+ * Everything a reader needs to know about the running Ruby's memory
+ * layout. Filled by the gem from its table of Ruby versions
+ * (gem/ext/sdb/sdb_layouts.h) and checked at require against Ruby's own
+ * rb_profile_frames. All offsets are in bytes. 0xffff = not available.
+ */
+#define SDB_NA 0xffffu
+struct sdb_layout {
+    /* rb_thread_t */
+    uint16_t thread_ec;          /* th->ec (pointer to the running fiber's ec) */
+    uint16_t thread_status;      /* byte holding th->status (a bitfield) */
+    uint16_t thread_status_shift;
+    uint16_t thread_status_mask;
+    /* rb_execution_context_t */
+    uint16_t ec_vm_stack;
+    uint16_t ec_vm_stack_size;   /* in VALUEs */
+    uint16_t ec_cfp;
+    uint16_t ec_thread_ptr;
+    /* rb_control_frame_t */
+    uint16_t cfp_size;
+    uint16_t cfp_pc;
+    uint16_t cfp_iseq;
+    uint16_t cfp_self;
+    uint16_t cfp_ep;
+    uint16_t cfp_jit_return;
+    /* rb_iseq_t and its body */
+    uint16_t iseq_body;
+    uint16_t body_type;
+    uint16_t body_iseq_size;     /* uint32, in VALUEs */
+    uint16_t body_iseq_encoded;
+    uint16_t body_pathobj;
+    uint16_t body_base_label;
+    uint16_t body_label;
+    uint16_t body_first_lineno;
+    uint16_t body_first_lineno_is_fixnum; /* 1: a Fixnum VALUE, 0: a C int */
+    uint16_t body_insns_info_body;
+    uint16_t body_insns_info_positions;
+    uint16_t body_insns_info_size;
+    uint16_t body_insns_info_succ_table;
+    uint16_t body_parent_iseq;
+    uint16_t body_local_iseq;
+    uint16_t insn_info_entry_size;
+    uint16_t insn_info_line_no;
+    /* RString / RArray */
+    uint16_t rstring_noembed_bit;
+    uint16_t rstring_heap_len;
+    uint16_t rstring_heap_ptr;
+    uint16_t rstring_embed_len;  /* SDB_NA: length lives in the flags */
+    uint16_t rstring_embed_ary;
+    uint16_t rstring_embed_len_shift; /* when the length lives in the flags */
+    uint16_t rstring_embed_len_mask;
+    uint16_t rarray_embed_bit;
+    uint16_t rarray_embed_len_shift;
+    uint16_t rarray_embed_len_mask;
+    uint16_t rarray_embed_ary;
+    uint16_t rarray_heap_len;
+    uint16_t rarray_heap_ptr;
+    /* method entries */
+    uint16_t me_defined_class;
+    uint16_t me_def;
+    uint16_t me_called_id;
+    uint16_t me_owner;
+    uint16_t def_original_id;
+    uint16_t class_ext;          /* SDB_NA before 3.3 */
+    uint16_t classext_classpath;
+    uint16_t fl_singleton_bit;
+    uint16_t tlast_op_id;
+    uint16_t qnil;
+    uint16_t reserved16[12];
+    uint64_t global_symbols_addr; /* &ruby_global_symbols when known, else 0 */
+    uint64_t reserved64[7];
+};
+
+struct sdb_slot {
+    uint64_t gen;            /* seqlock generation; odd while written */
+    uint32_t live;           /* 1 while the thread is registered */
+    uint32_t native_tid;     /* Linux tid (gettid) */
+    uint64_t serial;         /* unique per registration in this process; 1, 2, ... */
+    uint64_t thread_addr;    /* rb_thread_t* */
+    uint64_t ec_addr;        /* &th->ec: read the running ec from here at every sample */
+    uint64_t start_mono_ns;  /* CLOCK_MONOTONIC at registration */
+    uint64_t start_wall_ns;  /* CLOCK_REALTIME at registration */
+    uint32_t state;          /* SDB_STATE_*, plain stores outside the seqlock */
+    uint32_t flags;          /* SDB_SLOT_* */
+    char name[SDB_NAME_MAX]; /* NUL-terminated, truncated UTF-8 */
+};
+
+struct sdb_header {
+    char magic[8];            /* SDB_REGISTRY_MAGIC */
+    uint32_t version;         /* SDB_REGISTRY_VERSION */
+    uint32_t header_size;     /* sizeof(struct sdb_header) */
+    uint32_t slot_size;       /* sizeof(struct sdb_slot) */
+    uint32_t slot_count;
+    uint32_t slots_offset;    /* byte offset of slot 0 in the file */
+    uint32_t pid;
+    uint32_t status;          /* SDB_STATUS_* */
+    uint32_t reserved0;
+    uint64_t proc_start_ticks; /* field 22 of /proc/<pid>/stat: tells a reused pid apart */
+    uint64_t created_mono_ns;
+    uint64_t gen;             /* bumped after every slot change */
+    char ruby_version[32];    /* RUBY_VERSION, e.g. "3.3.8" */
+    char ruby_description[160]; /* RUBY_DESCRIPTION (says +YJIT when on) */
+    char layout_name[16];     /* which table row is in use, e.g. "3.3" */
+    char disabled_reason[200];
+    struct sdb_layout layout;
+};
+
+#endif /* SDB_REGISTRY_H */
