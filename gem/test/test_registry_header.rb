@@ -1,0 +1,85 @@
+# frozen_string_literal: true
+
+require_relative "sdb_test_helper"
+
+class TestRegistryHeader < Minitest::Test
+  include SdbTestHelper
+
+  def test_header_describes_this_process_and_this_ruby
+    r = run_json(<<~RUBY)
+      require "sdb"
+      path = Sdb.registry_path
+      ticks = File.read("/proc/self/stat").split(")").last.split[19].to_i
+      puts JSON.dump(SdbRegistryReader.read(path).merge("path" => path, "mypid" => Process.pid,
+        "ticks" => ticks, "mode" => File.stat(path).mode & 0o777, "enabled" => Sdb.enabled?,
+        "desc" => RUBY_DESCRIPTION, "slots" => nil))
+    RUBY
+    assert_equal "SDBREG\0\0".b, r["magic"].b
+    assert_equal 1, r["version"]
+    assert_equal 128, r["slot_size"]
+    assert_equal 1024, r["slot_count"]
+    assert_equal 0, r["slots_offset"] % 64
+    assert_operator r["slots_offset"], :>=, r["header_size"]
+    assert_equal r["slots_offset"] + 1024 * 128, r["file_size"]
+    assert_equal "/dev/shm/sdb-#{r['mypid']}", r["path"]
+    assert_equal r["mypid"], r["pid"]
+    assert_equal r["ticks"], r["proc_start_ticks"]
+    assert_operator r["created_mono_ns"], :>, 0
+    assert_equal "ENABLED", r["status_name"]
+    assert_equal true, r["enabled"]
+    assert_equal 0o600, r["mode"]
+    assert_equal RUBY_VERSION, r["ruby_version"]
+    assert_equal r["desc"], r["ruby_description"]
+    assert_equal RUBY_VERSION[/\A\d+\.\d+/], r["layout_name"]
+    assert_equal "", r["disabled_reason"]
+  end
+
+  def test_max_threads_env_sets_the_slot_count
+    r = run_json(<<~RUBY, "SDB_MAX_THREADS" => "16")
+      require "sdb"
+      h = SdbRegistryReader.read(Sdb.registry_path)
+      puts JSON.dump("count" => h["slot_count"], "size" => h["file_size"], "offset" => h["slots_offset"])
+    RUBY
+    assert_equal 16, r["count"]
+    assert_equal r["offset"] + 16 * 128, r["size"]
+  end
+
+  def test_main_thread_gets_an_adopted_main_slot_with_its_tid
+    r = run_json(<<~RUBY)
+      require "sdb"
+      puts JSON.dump("slots" => SdbRegistryReader.live_slots(Sdb.registry_path),
+                     "tid" => Thread.main.native_thread_id)
+    RUBY
+    assert_equal 1, r["slots"].size
+    main = r["slots"].first
+    assert_equal r["tid"], main["native_tid"]
+    assert_equal 0x1 | 0x2, main["flags"]
+    assert_equal 1, main["serial"]
+    assert_equal "", main["name"]
+    assert_operator main["thread_addr"], :>, 0
+    assert_equal main["thread_addr"] + 40, main["ec_addr"] if RUBY_VERSION.start_with?("3.1")
+    assert_equal 0, main["gen"] % 2
+  end
+
+  def test_threads_alive_at_require_are_adopted_with_their_names
+    r = run_json(<<~RUBY)
+      q = Queue.new
+      t = Thread.new { q.pop }
+      t.name = "early"
+      sleep 0.05
+      require "sdb"
+      slots = SdbRegistryReader.live_slots(Sdb.registry_path)
+      tid = t.native_thread_id
+      q << 1
+      t.join
+      Thread.new { }.join # any register/release call sweeps adopted threads
+      after = SdbRegistryReader.live_slots(Sdb.registry_path)
+      puts JSON.dump("slots" => slots, "after" => after, "tid" => tid)
+    RUBY
+    early = r["slots"].find { |s| s["name"] == "early" }
+    refute_nil early
+    assert_equal 0x2, early["flags"]
+    assert_equal r["tid"], early["native_tid"]
+    assert_equal 1, r["after"].size, "the adopted thread's slot is swept after it ends"
+  end
+end
