@@ -1,0 +1,1111 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""The sampler: reads every registered thread's control frames from the
+target with process_vm_readv, without Python's GIL.
+
+One `Sampler` per target. `run()` is the tick loop (call it from a thread of
+its own: it holds no GIL while sampling); `drain()` hands what was gathered
+since the last drain to Python (new frames, new stacks, samples, thread
+events, new ISeqs and method entries) under a short mutex. `read_memory()`
+is the one remote read for Python code (symbols, snapshot).
+
+The validation rules (docs in ARCHITECTURE.md, "Reading a stack"):
+- the slot's seqlock generation is the same before and after the read, so a
+  thread that ended, or a slot reused by another thread, is never read as live;
+- the thread's ec and frame pointer are re-read after the frames are copied;
+  frames deeper than the shallowest pointer seen are stable; the others, and
+  every frame that differs from this thread's previous sample, are checked:
+  frame magic, a real ISeq (checked in the target at first sight), pc inside it;
+- a sample failing a check is retried once, then counted as torn and dropped.
+"""
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
+from libc.stdlib cimport malloc, calloc, realloc, free
+from libc.string cimport memcpy, memset, memcmp, strncpy
+from posix.types cimport pid_t
+from posix.fcntl cimport open as c_open, O_RDONLY
+from posix.unistd cimport close as c_close
+from posix.mman cimport mmap, munmap, PROT_READ, MAP_SHARED, MAP_FAILED
+from posix.stat cimport struct_stat, fstat
+
+cdef extern from "<sys/uio.h>" nogil:
+    struct iovec:
+        void *iov_base
+        size_t iov_len
+    ssize_t process_vm_readv(pid_t pid, const iovec *local_iov, unsigned long liovcnt,
+                             const iovec *remote_iov, unsigned long riovcnt, unsigned long flags)
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_mutex_t:
+        pass
+    int pthread_mutex_init(pthread_mutex_t *m, void *attr)
+    int pthread_mutex_lock(pthread_mutex_t *m)
+    int pthread_mutex_unlock(pthread_mutex_t *m)
+    int pthread_mutex_destroy(pthread_mutex_t *m)
+
+cdef extern from "_sampler_util.h" nogil:
+    uint64_t sdb_load_acquire_u64(const uint64_t *p)
+    uint32_t sdb_load_relaxed_u32(const uint32_t *p)
+    void sdb_fence_acquire()
+    int sdb_load_flag(const int *p)
+    void sdb_store_flag(int *p, int v)
+    uint64_t sdb_now_ns()
+    uint64_t sdb_wall_ns()
+    void sdb_sleep_until(uint64_t deadline_ns)
+    void sdb_tight_timer_slack()
+    uint64_t sdb_mix64(uint64_t x)
+    uint64_t sdb_xorshift(uint64_t *s)
+    int sdb_errno()
+    int ESRCH, EPERM, EFAULT
+
+cdef extern from "sdb_registry.h" nogil:
+    int SDB_REGISTRY_VERSION
+    int SDB_NAME_MAX
+    int SDB_STATUS_ENABLED
+    struct sdb_layout:
+        uint16_t thread_ec
+        uint16_t thread_status
+        uint16_t thread_status_shift
+        uint16_t thread_status_mask
+        uint16_t ec_vm_stack
+        uint16_t ec_vm_stack_size
+        uint16_t ec_cfp
+        uint16_t ec_thread_ptr
+        uint16_t cfp_size
+        uint16_t cfp_pc
+        uint16_t cfp_iseq
+        uint16_t cfp_self
+        uint16_t cfp_ep
+        uint16_t cfp_jit_return
+        uint16_t iseq_body
+        uint16_t body_type
+        uint16_t body_iseq_size
+        uint16_t body_iseq_encoded
+        uint16_t body_pathobj
+        uint16_t body_base_label
+        uint16_t body_label
+        uint16_t body_first_lineno
+        uint16_t body_first_lineno_is_fixnum
+        uint16_t body_insns_info_body
+        uint16_t body_insns_info_positions
+        uint16_t body_insns_info_size
+        uint16_t body_insns_info_succ_table
+        uint16_t body_parent_iseq
+        uint16_t body_local_iseq
+        uint16_t insn_info_entry_size
+        uint16_t insn_info_line_no
+        uint16_t rstring_noembed_bit
+        uint16_t rstring_heap_len
+        uint16_t rstring_heap_ptr
+        uint16_t rstring_embed_len
+        uint16_t rstring_embed_ary
+        uint16_t rstring_embed_len_shift
+        uint16_t rstring_embed_len_mask
+        uint16_t rarray_embed_bit
+        uint16_t rarray_embed_len_shift
+        uint16_t rarray_embed_len_mask
+        uint16_t rarray_embed_ary
+        uint16_t rarray_heap_len
+        uint16_t rarray_heap_ptr
+        uint16_t me_defined_class
+        uint16_t me_def
+        uint16_t me_called_id
+        uint16_t me_owner
+        uint16_t def_original_id
+        uint16_t class_ext
+        uint16_t classext_classpath
+        uint16_t fl_singleton_bit
+        uint16_t tlast_op_id
+        uint16_t qnil
+        uint16_t reserved16[12]
+        uint64_t global_symbols_addr
+        uint64_t reserved64[7]
+    struct sdb_slot:
+        uint64_t gen
+        uint32_t live
+        uint32_t native_tid
+        uint64_t serial
+        uint64_t thread_addr
+        uint64_t ec_addr
+        uint64_t start_mono_ns
+        uint64_t start_wall_ns
+        uint32_t state
+        uint32_t flags
+        char name[64]
+    struct sdb_header:
+        char magic[8]
+        uint32_t version
+        uint32_t header_size
+        uint32_t slot_size
+        uint32_t slot_count
+        uint32_t slots_offset
+        uint32_t pid
+        uint32_t status
+        uint64_t proc_start_ticks
+        uint64_t created_mono_ns
+        uint64_t gen
+        char ruby_version[32]
+        char ruby_description[160]
+        char layout_name[16]
+        char disabled_reason[200]
+        sdb_layout layout
+
+# Frame kinds, as in the trace (docs/trace-format.md).
+cdef enum:
+    KIND_RUBY = 0
+    KIND_CFUNC = 1
+    KIND_OTHER = 2
+    KIND_TRUNCATED = 3
+
+# Frame magic (ep[0] & 0x7fff0001), stable across Ruby 3.x (vm_core.h).
+cdef enum:
+    MAGIC_MASK = 0x7fff0001
+    MAGIC_METHOD = 0x11110001
+    MAGIC_BLOCK = 0x22220001
+    MAGIC_CLASS = 0x33330001
+    MAGIC_TOP = 0x44440001
+    MAGIC_CFUNC = 0x55550001
+    MAGIC_IFUNC = 0x66660001
+    MAGIC_EVAL = 0x77770001
+    MAGIC_RESCUE = 0x78880001
+    MAGIC_DUMMY = 0x79990001
+    FLAG_CFRAME = 0x80
+
+cdef enum:
+    MAX_IOV = 1024          # UIO_MAXIOV
+    EC_SPAN = 64            # bytes read from the ec: covers vm_stack, size, cfp
+    ISEQ_SPAN = 32          # bytes read from an ISeq: flags, wrapper, body
+    BODY_SPAN = 32          # bytes read from an ISeq body: type, size, encoded
+
+# Outcome of one attempt at reading a thread.
+cdef enum:
+    R_OK = 0
+    R_TORN = 1      # a check failed: retry, then count as torn
+    R_GONE = 2      # the thread left (or its slot changed) during the read
+    R_SKIP = 3      # nothing to sample (slot free, or being written)
+    R_FATAL = 4     # the target is gone or unreadable: stop
+
+
+cdef struct IseqEnt:
+    uint64_t addr        # 0: empty bucket
+    uint64_t encoded
+    uint64_t size        # in VALUEs
+
+cdef struct FrameEnt:
+    uint64_t iseq
+    uint64_t pc
+    uint64_t me
+    uint32_t kind
+    uint32_t pad
+
+cdef struct StackEnt:
+    uint64_t hash
+    uint32_t off
+    uint32_t length
+
+cdef struct SampleEnt:
+    uint64_t t_ns
+    uint64_t serial
+    uint32_t stack
+    uint32_t state
+
+cdef struct ThreadEvt:
+    uint32_t ended       # 0: seen (new, or a new name), 1: left the registry
+    uint32_t tid
+    uint64_t serial
+    uint64_t start_ns
+    uint64_t at_ns
+    uint32_t flags
+    char name[64]
+
+cdef struct AddrEvt:
+    uint64_t addr
+    uint64_t at_ns
+
+cdef struct RawFrame:       # one frame as read, before interning
+    uint64_t iseq
+    uint64_t pc
+    uint64_t ep
+    uint64_t ep_data[3]     # ep[-2], ep[-1], ep[0]
+
+cdef struct SlotCache:
+    uint64_t serial
+    uint64_t gen
+    uint64_t ec             # last ec seen: speculation only, always re-checked
+    uint32_t nprev          # frames in prev (root first)
+    uint32_t cap
+    FrameEnt *prev          # previous sample's frames, root first
+    uint32_t *prev_ids
+    uint32_t prev_stack
+    uint32_t has_prev
+
+
+cdef inline uint64_t u64_at(const uint8_t *p, uint32_t off) noexcept nogil:
+    return (<const uint64_t *>(p + off))[0]
+
+cdef inline uint32_t u32_at(const uint8_t *p, uint32_t off) noexcept nogil:
+    return (<const uint32_t *>(p + off))[0]
+
+cdef inline int grow(void **arr, uint64_t *cap, uint64_t need, size_t elem) noexcept nogil:
+    cdef uint64_t c = cap[0]
+    cdef void *p
+    if need <= c:
+        return 0
+    if c == 0:
+        c = 256
+    while c < need:
+        c *= 2
+    p = realloc(arr[0], c * elem)
+    if p == NULL:
+        return -1
+    arr[0] = p
+    cap[0] = c
+    return 0
+
+
+class RegistryError(Exception):
+    """The registry file cannot be used (message says why)."""
+
+
+cdef class Registry:
+    """The gem's registry, mapped read-only."""
+    cdef const uint8_t *base
+    cdef size_t size
+    cdef const sdb_header *hdr
+    cdef readonly str path
+
+    def __cinit__(self, str path):
+        cdef struct_stat st
+        cdef int fd
+        cdef void *p
+        self.base = NULL
+        self.path = path
+        fd = c_open(path.encode(), O_RDONLY)
+        if fd < 0:
+            raise OSError(sdb_errno(), "cannot open registry", path)
+        if fstat(fd, &st) != 0 or <size_t>st.st_size < sizeof(sdb_header):
+            c_close(fd)
+            raise RegistryError(f"{path} is too small to be an sdb registry")
+        p = mmap(NULL, st.st_size, PROT_READ, MAP_SHARED, fd, 0)
+        c_close(fd)
+        if p == MAP_FAILED:
+            raise OSError(sdb_errno(), "cannot map registry", path)
+        self.base = <const uint8_t *>p
+        self.size = st.st_size
+        self.hdr = <const sdb_header *>p
+
+    def __dealloc__(self):
+        if self.base != NULL:
+            munmap(<void *>self.base, self.size)
+
+    @property
+    def magic(self):
+        return bytes(self.hdr.magic[:8])
+
+    @property
+    def version(self):
+        return self.hdr.version
+
+    def check(self):
+        """Raise RegistryError unless the sizes in the header are the ones this reader knows."""
+        if self.hdr.header_size != sizeof(sdb_header) or self.hdr.slot_size != sizeof(sdb_slot):
+            raise RegistryError(f"{self.path}: header or slot size differs from this sidecar's "
+                                f"({self.hdr.header_size}/{self.hdr.slot_size}, expected "
+                                f"{sizeof(sdb_header)}/{sizeof(sdb_slot)})")
+        if <size_t>self.hdr.slots_offset + <size_t>self.hdr.slot_count * self.hdr.slot_size > self.size:
+            raise RegistryError(f"{self.path}: file is shorter than its header says")
+
+    @property
+    def layout(self):
+        """The layout facts the gem published (struct sdb_layout as a dict)."""
+        return self.hdr.layout
+
+    @property
+    def info(self):
+        h = self.hdr
+        return {
+            "version": h.version, "pid": h.pid, "status": h.status, "slot_count": h.slot_count,
+            "proc_start_ticks": h.proc_start_ticks, "created_mono_ns": h.created_mono_ns,
+            "ruby": h.ruby_version.decode(errors="replace"),
+            "ruby_description": h.ruby_description.decode(errors="replace"),
+            "layout": h.layout_name.decode(errors="replace"),
+            "disabled_reason": h.disabled_reason.decode(errors="replace"),
+        }
+
+    def threads(self):
+        """The live slots right now: a list of dicts (seqlock-checked copies)."""
+        out = []
+        cdef const sdb_slot *s
+        cdef sdb_slot copy
+        cdef uint64_t g1
+        cdef uint32_t i
+        cdef int tries
+        for i in range(self.hdr.slot_count):
+            s = <const sdb_slot *>(self.base + self.hdr.slots_offset + <size_t>i * self.hdr.slot_size)
+            for tries in range(100):
+                g1 = sdb_load_acquire_u64(&s.gen)
+                if g1 & 1:
+                    continue
+                memcpy(&copy, <const void *>s, sizeof(sdb_slot))
+                sdb_fence_acquire()
+                if sdb_load_acquire_u64(&s.gen) == g1:
+                    break
+            else:
+                continue
+            if copy.live:
+                out.append({"slot": i, "serial": copy.serial, "tid": copy.native_tid,
+                            "name": copy.name[:SDB_NAME_MAX].split(b"\0", 1)[0].decode(errors="replace"),
+                            "start_ns": copy.start_mono_ns, "flags": copy.flags, "state": copy.state,
+                            "thread_addr": copy.thread_addr, "ec_addr": copy.ec_addr})
+        return out
+
+
+cdef class Sampler:
+    cdef Registry reg
+    cdef pid_t pid
+    cdef sdb_layout L
+    cdef uint32_t max_depth
+    cdef uint64_t period_ns
+    cdef uint64_t jitter_ns
+    cdef uint64_t rng
+    cdef pthread_mutex_t mu
+    cdef int stop_flag
+    cdef readonly int fatal_errno      # errno that stopped the loop (ESRCH: target exited)
+    # tables
+    cdef IseqEnt *iseqs
+    cdef uint64_t iseq_cap, iseq_count
+    cdef FrameEnt *frames
+    cdef uint64_t frame_cap, frame_count, frames_drained
+    cdef uint32_t *frame_index          # open addressing: frame id + 1, 0 empty
+    cdef uint64_t frame_index_cap
+    cdef StackEnt *stacks
+    cdef uint64_t stack_cap, stack_count, stacks_drained
+    cdef uint32_t *stack_index
+    cdef uint64_t stack_index_cap
+    cdef uint32_t *arena
+    cdef uint64_t arena_cap, arena_len
+    cdef uint64_t *me_set               # open addressing set of method entries
+    cdef uint64_t me_set_cap, me_count
+    # outputs since last drain
+    cdef SampleEnt *samples
+    cdef uint64_t sample_cap, sample_len
+    cdef ThreadEvt *tevts
+    cdef uint64_t tevt_cap, tevt_len
+    cdef AddrEvt *new_iseqs
+    cdef uint64_t new_iseq_cap, new_iseq_len
+    cdef AddrEvt *new_mes
+    cdef uint64_t new_me_cap, new_me_len
+    # per slot
+    cdef SlotCache *cache
+    cdef uint32_t nslots
+    cdef uint32_t hwm                    # slots [0, hwm) have been used at least once
+    # scratch
+    cdef uint8_t *rawbuf
+    cdef RawFrame *raw
+    cdef uint32_t *ids
+    cdef FrameEnt *cur
+    cdef iovec *liov
+    cdef iovec *riov
+    # counters (read by stats())
+    cdef readonly uint64_t ticks, late, total_samples, torn, retried, errors, busy, threads_seen
+    cdef readonly uint64_t start_ns, last_tick_ns
+    cdef readonly uint64_t read_ns_total   # time spent reading stacks (for the benchmark)
+
+    def __cinit__(self, Registry reg, int pid, double rate_hz=1000.0, int max_depth=2048):
+        cdef uint32_t i
+        self.reg = reg
+        self.pid = pid
+        self.L = reg.hdr.layout
+        self.max_depth = max_depth
+        self.period_ns = <uint64_t>(1e9 / rate_hz)
+        self.jitter_ns = self.period_ns // 20      # +-5% of a period
+        self.rng = sdb_mix64(<uint64_t>pid ^ sdb_now_ns()) | 1
+        pthread_mutex_init(&self.mu, NULL)
+        self.nslots = reg.hdr.slot_count
+        self.cache = <SlotCache *>calloc(self.nslots + 1, sizeof(SlotCache))
+        self.rawbuf = <uint8_t *>malloc((max_depth + 1) * <size_t>self.L.cfp_size + 64)
+        self.raw = <RawFrame *>malloc((max_depth + 2) * sizeof(RawFrame))
+        self.ids = <uint32_t *>malloc((max_depth + 2) * sizeof(uint32_t))
+        self.cur = <FrameEnt *>malloc((max_depth + 2) * sizeof(FrameEnt))
+        self.liov = <iovec *>malloc((MAX_IOV + 4) * sizeof(iovec))
+        self.riov = <iovec *>malloc((MAX_IOV + 4) * sizeof(iovec))
+        self.iseq_cap = 4096
+        self.iseqs = <IseqEnt *>calloc(self.iseq_cap, sizeof(IseqEnt))
+        self.frame_index_cap = 4096
+        self.frame_index = <uint32_t *>calloc(self.frame_index_cap, sizeof(uint32_t))
+        self.stack_index_cap = 4096
+        self.stack_index = <uint32_t *>calloc(self.stack_index_cap, sizeof(uint32_t))
+        self.me_set_cap = 1024
+        self.me_set = <uint64_t *>calloc(self.me_set_cap, sizeof(uint64_t))
+        if (self.cache == NULL or self.rawbuf == NULL or self.raw == NULL or self.ids == NULL
+                or self.cur == NULL or self.liov == NULL or self.riov == NULL or self.iseqs == NULL
+                or self.frame_index == NULL or self.stack_index == NULL or self.me_set == NULL):
+            raise MemoryError()
+        # the empty stack is stack 0
+        self.intern_stack(NULL, 0)
+
+    def __dealloc__(self):
+        cdef uint32_t i
+        if self.cache != NULL:
+            for i in range(self.nslots + 1):
+                free(self.cache[i].prev)
+                free(self.cache[i].prev_ids)
+        free(self.cache)
+        free(self.rawbuf)
+        free(self.raw)
+        free(self.ids)
+        free(self.cur)
+        free(self.liov)
+        free(self.riov)
+        free(self.iseqs)
+        free(self.frames)
+        free(self.frame_index)
+        free(self.stacks)
+        free(self.stack_index)
+        free(self.arena)
+        free(self.me_set)
+        free(self.samples)
+        free(self.tevts)
+        free(self.new_iseqs)
+        free(self.new_mes)
+        pthread_mutex_destroy(&self.mu)
+
+    # ------------------------------------------------------------ remote reads
+    cdef inline ssize_t read1(self, uint64_t addr, void *dst, size_t n) noexcept nogil:
+        cdef iovec l, r
+        l.iov_base = dst
+        l.iov_len = n
+        r.iov_base = <void *>addr
+        r.iov_len = n
+        return process_vm_readv(self.pid, &l, 1, &r, 1, 0)
+
+    def read_memory(self, uint64_t addr, size_t n):
+        """Read n bytes at addr in the target; raises OSError (errno set) on failure or a short read."""
+        cdef bytearray buf = bytearray(n)
+        cdef char *p = buf
+        cdef ssize_t got
+        if n == 0:
+            return b""
+        with nogil:
+            got = self.read1(addr, p, n)
+        if got < 0:
+            raise OSError(sdb_errno(), f"cannot read {n} bytes at 0x{addr:x} in process {self.pid}")
+        if <size_t>got != n:
+            raise OSError(EFAULT, f"short read at 0x{addr:x} in process {self.pid} ({got} of {n} bytes)")
+        return bytes(buf)
+
+    # ------------------------------------------------------------ interning
+    cdef int iseq_lookup(self, uint64_t addr, IseqEnt **out) noexcept nogil:
+        cdef uint64_t mask = self.iseq_cap - 1
+        cdef uint64_t i = sdb_mix64(addr) & mask
+        while True:
+            if self.iseqs[i].addr == addr:
+                out[0] = &self.iseqs[i]
+                return 1
+            if self.iseqs[i].addr == 0:
+                out[0] = &self.iseqs[i]
+                return 0
+            i = (i + 1) & mask
+
+    cdef int iseq_grow(self) noexcept nogil:
+        cdef uint64_t oldcap = self.iseq_cap, i
+        cdef IseqEnt *old = self.iseqs
+        cdef IseqEnt *slot
+        self.iseqs = <IseqEnt *>calloc(oldcap * 2, sizeof(IseqEnt))
+        if self.iseqs == NULL:
+            self.iseqs = old
+            return -1
+        self.iseq_cap = oldcap * 2
+        for i in range(oldcap):
+            if old[i].addr != 0:
+                self.iseq_lookup(old[i].addr, &slot)
+                slot[0] = old[i]
+        free(old)
+        return 0
+
+    cdef int check_iseq(self, uint64_t iseq, uint64_t pc, uint64_t now) noexcept nogil:
+        """1 if iseq is a real ISeq of the target with pc inside it, else 0.
+        Known ISeqs are checked from the cache; an unknown one (or a pc outside the
+        cached range: the address may have been reused) is read from the target."""
+        cdef IseqEnt *e
+        cdef uint8_t ib[ISEQ_SPAN]
+        cdef uint8_t bb[BODY_SPAN]
+        cdef uint64_t flags, body, encoded, size
+        cdef int known = self.iseq_lookup(iseq, &e)
+        if known and pc >= e.encoded and pc <= e.encoded + e.size * 8:
+            return 1
+        if self.read1(iseq, ib, ISEQ_SPAN) != ISEQ_SPAN:
+            return 0
+        flags = u64_at(ib, 0)
+        body = u64_at(ib, self.L.iseq_body)
+        if (flags & 0x1f) != 0x1a or ((flags >> 12) & 0xf) != 7 or body == 0:
+            return 0
+        if self.read1(body, bb, BODY_SPAN) != BODY_SPAN:
+            return 0
+        size = u32_at(bb, self.L.body_iseq_size)
+        encoded = u64_at(bb, self.L.body_iseq_encoded)
+        if encoded == 0 or size == 0 or pc < encoded or pc > encoded + size * 8:
+            return 0
+        if not known:
+            if (self.iseq_count + 1) * 2 > self.iseq_cap:
+                if self.iseq_grow() != 0:
+                    return 0
+                self.iseq_lookup(iseq, &e)
+            self.iseq_count += 1
+        e.addr = iseq
+        e.encoded = encoded
+        e.size = size
+        # a new ISeq, or a reused address: Python reads its symbol
+        if grow(<void **>&self.new_iseqs, &self.new_iseq_cap, self.new_iseq_len + 1, sizeof(AddrEvt)) == 0:
+            self.new_iseqs[self.new_iseq_len].addr = iseq
+            self.new_iseqs[self.new_iseq_len].at_ns = now
+            self.new_iseq_len += 1
+        return 1
+
+    cdef void note_me(self, uint64_t me, uint64_t now) noexcept nogil:
+        cdef uint64_t mask, i, j, oldcap
+        cdef uint64_t *old
+        if me == 0:
+            return
+        if (self.me_count + 1) * 2 > self.me_set_cap:
+            old = self.me_set
+            oldcap = self.me_set_cap
+            self.me_set = <uint64_t *>calloc(oldcap * 2, sizeof(uint64_t))
+            if self.me_set == NULL:
+                self.me_set = old
+                return
+            self.me_set_cap = oldcap * 2
+            mask = self.me_set_cap - 1
+            for j in range(oldcap):
+                if old[j] != 0:
+                    i = sdb_mix64(old[j]) & mask
+                    while self.me_set[i] != 0:
+                        i = (i + 1) & mask
+                    self.me_set[i] = old[j]
+            free(old)
+        mask = self.me_set_cap - 1
+        i = sdb_mix64(me) & mask
+        while self.me_set[i] != 0:
+            if self.me_set[i] == me:
+                return
+            i = (i + 1) & mask
+        self.me_set[i] = me
+        self.me_count += 1
+        if grow(<void **>&self.new_mes, &self.new_me_cap, self.new_me_len + 1, sizeof(AddrEvt)) == 0:
+            self.new_mes[self.new_me_len].addr = me
+            self.new_mes[self.new_me_len].at_ns = now
+            self.new_me_len += 1
+
+    cdef inline uint64_t frame_hash(self, const FrameEnt *f) noexcept nogil:
+        return sdb_mix64(f.iseq * 31 + f.pc * 17 + f.me * 7 + f.kind + 1)
+
+    cdef int64_t intern_frame(self, const FrameEnt *f) noexcept nogil:
+        cdef uint64_t mask, i, j, h, oldcap
+        cdef uint32_t id
+        cdef const FrameEnt *g
+        if (self.frame_count + 1) * 2 > self.frame_index_cap:
+            oldcap = self.frame_index_cap
+            free(self.frame_index)
+            self.frame_index = <uint32_t *>calloc(oldcap * 2, sizeof(uint32_t))
+            if self.frame_index == NULL:
+                return -1
+            self.frame_index_cap = oldcap * 2
+            mask = self.frame_index_cap - 1
+            for j in range(self.frame_count):
+                i = self.frame_hash(&self.frames[j]) & mask
+                while self.frame_index[i] != 0:
+                    i = (i + 1) & mask
+                self.frame_index[i] = <uint32_t>(j + 1)
+        mask = self.frame_index_cap - 1
+        i = self.frame_hash(f) & mask
+        while self.frame_index[i] != 0:
+            g = &self.frames[self.frame_index[i] - 1]
+            if g.iseq == f.iseq and g.pc == f.pc and g.me == f.me and g.kind == f.kind:
+                return self.frame_index[i] - 1
+            i = (i + 1) & mask
+        if grow(<void **>&self.frames, &self.frame_cap, self.frame_count + 1, sizeof(FrameEnt)) != 0:
+            return -1
+        id = <uint32_t>self.frame_count
+        self.frames[id] = f[0]
+        self.frame_count += 1
+        self.frame_index[i] = id + 1
+        return id
+
+    cdef int64_t intern_stack(self, const uint32_t *ids, uint32_t n) noexcept nogil:
+        cdef uint64_t h = 0x9e3779b97f4a7c15ULL ^ n
+        cdef uint64_t mask, i, j, oldcap
+        cdef uint32_t k, sid
+        cdef StackEnt *s
+        for k in range(n):
+            h = sdb_mix64(h ^ ids[k])
+        if (self.stack_count + 1) * 2 > self.stack_index_cap:
+            oldcap = self.stack_index_cap
+            free(self.stack_index)
+            self.stack_index = <uint32_t *>calloc(oldcap * 2, sizeof(uint32_t))
+            if self.stack_index == NULL:
+                return -1
+            self.stack_index_cap = oldcap * 2
+            mask = self.stack_index_cap - 1
+            for j in range(self.stack_count):
+                i = self.stacks[j].hash & mask
+                while self.stack_index[i] != 0:
+                    i = (i + 1) & mask
+                self.stack_index[i] = <uint32_t>(j + 1)
+        mask = self.stack_index_cap - 1
+        i = h & mask
+        while self.stack_index[i] != 0:
+            s = &self.stacks[self.stack_index[i] - 1]
+            if s.hash == h and s.length == n and (n == 0 or memcmp(&self.arena[s.off], ids, n * sizeof(uint32_t)) == 0):
+                return self.stack_index[i] - 1
+            i = (i + 1) & mask
+        if grow(<void **>&self.stacks, &self.stack_cap, self.stack_count + 1, sizeof(StackEnt)) != 0:
+            return -1
+        if grow(<void **>&self.arena, &self.arena_cap, self.arena_len + n + 1, sizeof(uint32_t)) != 0:
+            return -1
+        if n:
+            memcpy(&self.arena[self.arena_len], ids, n * sizeof(uint32_t))
+        sid = <uint32_t>self.stack_count
+        self.stacks[sid].hash = h
+        self.stacks[sid].off = <uint32_t>self.arena_len
+        self.stacks[sid].length = n
+        self.arena_len += n
+        self.stack_count += 1
+        self.stack_index[i] = sid + 1
+        return sid
+
+    # ------------------------------------------------------------ one thread
+    cdef void thread_event(self, const sdb_slot *copy, uint32_t ended, uint64_t serial, uint64_t now) noexcept nogil:
+        cdef ThreadEvt *e
+        if grow(<void **>&self.tevts, &self.tevt_cap, self.tevt_len + 1, sizeof(ThreadEvt)) != 0:
+            return
+        e = &self.tevts[self.tevt_len]
+        self.tevt_len += 1
+        memset(e, 0, sizeof(ThreadEvt))
+        e.ended = ended
+        e.serial = serial
+        e.at_ns = now
+        if copy != NULL:
+            e.tid = copy.native_tid
+            e.start_ns = copy.start_mono_ns
+            e.flags = copy.flags
+            memcpy(e.name, copy.name, 64)
+            e.name[63] = 0
+
+    cdef int sample_slot(self, uint32_t idx, uint64_t now) noexcept nogil:
+        cdef const sdb_slot *s = <const sdb_slot *>(self.reg.base + self.reg.hdr.slots_offset
+                                                    + <size_t>idx * self.reg.hdr.slot_size)
+        cdef SlotCache *c = &self.cache[idx]
+        cdef sdb_slot copy
+        cdef uint64_t g1, g2, ec, ec2, cfp, cfp2, vm_stack, vm_size, end, shallow, ep
+        cdef uint8_t ecbuf[EC_SPAN]
+        cdef ssize_t got, want
+        cdef uint32_t nf, j, k, nunstable, nio, truncated, n_out, cs
+        cdef uint32_t total_io, done_io, batch
+        cdef uint64_t magic, ep0
+        cdef int64_t fid, sid
+        cdef RawFrame *r
+        cdef FrameEnt *f
+        cdef int same
+
+        g1 = sdb_load_acquire_u64(&s.gen)
+        if g1 & 1:
+            return R_SKIP
+        memcpy(&copy, <const void *>s, sizeof(sdb_slot))
+        sdb_fence_acquire()
+        if sdb_load_acquire_u64(&s.gen) != g1:
+            return R_SKIP
+        if not copy.live:
+            if c.serial != 0:
+                self.thread_event(NULL, 1, c.serial, now)
+                c.serial = 0
+                c.has_prev = 0
+            return R_SKIP
+        if c.serial != copy.serial:
+            if c.serial != 0:
+                self.thread_event(NULL, 1, c.serial, now)
+            c.serial = copy.serial
+            c.gen = g1
+            c.ec = 0
+            c.has_prev = 0
+            self.threads_seen += 1
+            self.thread_event(&copy, 0, copy.serial, now)
+        elif c.gen != g1:
+            c.gen = g1
+            self.thread_event(&copy, 0, copy.serial, now)
+
+        # 1. th->ec, and speculatively the header of the ec seen last time
+        self.liov[0].iov_base = &ec
+        self.liov[0].iov_len = 8
+        self.riov[0].iov_base = <void *>copy.ec_addr
+        self.riov[0].iov_len = 8
+        nio = 1
+        if c.ec != 0:
+            self.liov[1].iov_base = ecbuf
+            self.liov[1].iov_len = EC_SPAN
+            self.riov[1].iov_base = <void *>c.ec
+            self.riov[1].iov_len = EC_SPAN
+            nio = 2
+        got = process_vm_readv(self.pid, self.liov, nio, self.riov, nio, 0)
+        if got < 8:
+            return self.read_failed(got)
+        if ec == 0:
+            return R_GONE
+        if ec != c.ec or got != 8 + EC_SPAN:
+            if self.read1(ec, ecbuf, EC_SPAN) != EC_SPAN:
+                return R_GONE
+            c.ec = ec
+        vm_stack = u64_at(ecbuf, self.L.ec_vm_stack)
+        vm_size = u64_at(ecbuf, self.L.ec_vm_stack_size)
+        cfp = u64_at(ecbuf, self.L.ec_cfp)
+        end = vm_stack + vm_size * 8
+        if vm_stack == 0 or cfp == 0:
+            return R_GONE           # a thread being set up or torn down: no stack
+        if cfp < vm_stack or cfp >= end or (end - cfp) % self.L.cfp_size != 0:
+            return R_TORN
+        nf = <uint32_t>((end - cfp) / self.L.cfp_size)
+        nf = nf - 1 if nf > 0 else 0    # the outermost frame is Ruby's dummy: not shown
+        truncated = 0
+        if nf > self.max_depth:
+            nf = self.max_depth
+            truncated = 1
+
+        # 2. the control frames
+        if nf > 0:
+            if self.read1(cfp, self.rawbuf, nf * <size_t>self.L.cfp_size) != <ssize_t>(nf * <size_t>self.L.cfp_size):
+                return R_TORN
+        # 3. ep[-2..0] of every frame, then ec and cfp again (after the frames are copied)
+        total_io = 0
+        for j in range(nf):
+            r = &self.raw[j]
+            r.iseq = u64_at(self.rawbuf, j * self.L.cfp_size + self.L.cfp_iseq)
+            r.pc = u64_at(self.rawbuf, j * self.L.cfp_size + self.L.cfp_pc)
+            r.ep = u64_at(self.rawbuf, j * self.L.cfp_size + self.L.cfp_ep)
+            r.ep_data[0] = 0
+            r.ep_data[1] = 0
+            r.ep_data[2] = 0
+        j = 0
+        done_io = 0
+        while True:
+            batch = 0
+            while j < nf and batch < MAX_IOV - 2:
+                if self.raw[j].ep >= 16:
+                    self.liov[batch].iov_base = self.raw[j].ep_data
+                    self.liov[batch].iov_len = 24
+                    self.riov[batch].iov_base = <void *>(self.raw[j].ep - 16)
+                    self.riov[batch].iov_len = 24
+                    batch += 1
+                j += 1
+            want = batch * 24
+            if j >= nf:
+                self.liov[batch].iov_base = &ec2
+                self.liov[batch].iov_len = 8
+                self.riov[batch].iov_base = <void *>copy.ec_addr
+                self.riov[batch].iov_len = 8
+                self.liov[batch + 1].iov_base = &cfp2
+                self.liov[batch + 1].iov_len = 8
+                self.riov[batch + 1].iov_base = <void *>(ec + self.L.ec_cfp)
+                self.riov[batch + 1].iov_len = 8
+                batch += 2
+                want += 16
+            got = process_vm_readv(self.pid, self.liov, batch, self.riov, batch, 0)
+            if got != want:
+                if got < 0 and (sdb_errno() == ESRCH or sdb_errno() == EPERM):
+                    return self.read_failed(got)
+                return R_TORN
+            if j >= nf:
+                break
+
+        g2 = sdb_load_acquire_u64(&s.gen)
+        if g2 != g1:
+            return R_GONE
+        if ec2 != ec:
+            return R_TORN           # a fiber switch during the read
+        shallow = cfp2 if cfp2 > cfp else cfp
+        nunstable = <uint32_t>((shallow - cfp) / self.L.cfp_size) if shallow > cfp else 0
+
+        # 4. classify, check and intern, innermost first
+        n_out = 0
+        for j in range(nf):
+            r = &self.raw[j]
+            f = &self.cur[n_out]
+            ep0 = r.ep_data[2]
+            magic = ep0 & MAGIC_MASK
+            f.pad = 0
+            if r.iseq != 0:
+                if r.pc == 0 or (ep0 & FLAG_CFRAME):
+                    if magic == MAGIC_IFUNC:
+                        f.kind = KIND_OTHER
+                        f.iseq = 0
+                        f.pc = 0
+                        f.me = 0
+                        n_out += 1
+                    elif j < nunstable and magic != MAGIC_DUMMY and magic != MAGIC_CFUNC:
+                        return R_TORN
+                    continue
+                if (magic != MAGIC_METHOD and magic != MAGIC_BLOCK and magic != MAGIC_CLASS
+                        and magic != MAGIC_TOP and magic != MAGIC_EVAL and magic != MAGIC_RESCUE):
+                    return R_TORN
+                f.kind = KIND_RUBY
+                f.iseq = r.iseq
+                f.pc = r.pc
+                f.me = 0
+            elif magic == MAGIC_CFUNC:
+                f.kind = KIND_CFUNC
+                f.iseq = 0
+                f.pc = 0
+                f.me = r.ep_data[0]
+                if f.me == 0:
+                    return R_TORN
+            else:
+                if magic != MAGIC_DUMMY and j < nunstable:
+                    return R_TORN
+                continue
+            n_out += 1
+        if truncated:
+            f = &self.cur[n_out]
+            f.kind = KIND_TRUNCATED
+            f.iseq = 0
+            f.pc = 0
+            f.me = 0
+            f.pad = 0
+            n_out += 1
+
+        # frames equal (root-aligned) to this thread's previous sample were checked then;
+        # the rest are checked now and interned
+        same = c.has_prev and c.nprev == n_out
+        for j in range(n_out):
+            f = &self.cur[j]
+            k = n_out - 1 - j                   # index from the root
+            if c.has_prev and k < c.nprev:
+                if (c.prev[k].iseq == f.iseq and c.prev[k].pc == f.pc and c.prev[k].me == f.me
+                        and c.prev[k].kind == f.kind):
+                    self.ids[j] = c.prev_ids[k]
+                    continue
+            same = 0
+            if f.kind == KIND_RUBY:
+                if not self.check_iseq(f.iseq, f.pc, now):
+                    return R_TORN
+            elif f.kind == KIND_CFUNC:
+                self.note_me(f.me, now)
+            fid = self.intern_frame(f)
+            if fid < 0:
+                return R_FATAL
+            self.ids[j] = <uint32_t>fid
+        if same:
+            sid = c.prev_stack
+        else:
+            sid = self.intern_stack(self.ids, n_out)
+            if sid < 0:
+                return R_FATAL
+            # remember this sample, root first
+            if c.cap < n_out + 1:
+                cs = n_out + 16
+                c.prev = <FrameEnt *>realloc(c.prev, cs * sizeof(FrameEnt))
+                c.prev_ids = <uint32_t *>realloc(c.prev_ids, cs * sizeof(uint32_t))
+                if c.prev == NULL or c.prev_ids == NULL:
+                    return R_FATAL
+                c.cap = cs
+            for j in range(n_out):
+                c.prev[n_out - 1 - j] = self.cur[j]
+                c.prev_ids[n_out - 1 - j] = self.ids[j]
+            c.nprev = n_out
+            c.prev_stack = <uint32_t>sid
+            c.has_prev = 1
+
+        if grow(<void **>&self.samples, &self.sample_cap, self.sample_len + 1, sizeof(SampleEnt)) != 0:
+            return R_FATAL
+        self.samples[self.sample_len].t_ns = now
+        self.samples[self.sample_len].serial = copy.serial
+        self.samples[self.sample_len].stack = <uint32_t>sid
+        self.samples[self.sample_len].state = sdb_load_relaxed_u32(&s.state)
+        self.sample_len += 1
+        self.total_samples += 1
+        return R_OK
+
+    cdef int read_failed(self, ssize_t got) noexcept nogil:
+        cdef int e
+        if got < 0:
+            e = sdb_errno()
+            if e == ESRCH or e == EPERM:
+                self.fatal_errno = e
+                return R_FATAL
+        return R_GONE
+
+    cdef int tick(self, uint64_t now) noexcept nogil:
+        """Sample every registered thread once. Returns R_FATAL when the target is gone."""
+        cdef uint32_t i, hwm
+        cdef int rc
+        cdef uint64_t t0
+        cdef const sdb_slot *s
+        # slots ever used: the gem hands out low indices first
+        hwm = self.hwm
+        while hwm < self.nslots:
+            s = <const sdb_slot *>(self.reg.base + self.reg.hdr.slots_offset + <size_t>hwm * self.reg.hdr.slot_size)
+            if sdb_load_acquire_u64(&s.gen) == 0:
+                break
+            hwm += 1
+        self.hwm = hwm
+        t0 = sdb_now_ns()
+        pthread_mutex_lock(&self.mu)
+        for i in range(hwm):
+            rc = self.sample_slot(i, now)
+            if rc == R_TORN:
+                rc = self.sample_slot(i, now)
+                if rc == R_OK:
+                    self.retried += 1
+                elif rc == R_TORN:
+                    self.torn += 1
+            if rc == R_GONE:
+                self.errors += 1
+            elif rc == R_FATAL:
+                pthread_mutex_unlock(&self.mu)
+                return R_FATAL
+        self.ticks += 1
+        self.last_tick_ns = now
+        pthread_mutex_unlock(&self.mu)
+        self.read_ns_total += sdb_now_ns() - t0
+        return R_OK
+
+    # ------------------------------------------------------------ the loop
+    def run(self, double duration_s=0.0):
+        """Tick until stop() is called, duration_s passes (0: no limit) or the target goes away.
+        Runs without the GIL. Returns "stopped", "duration" or "target-exited"/"permission"."""
+        cdef uint64_t start, deadline, limit, now, k, jitter
+        cdef int rc = R_OK
+        cdef str why = "stopped"
+        with nogil:
+            sdb_tight_timer_slack()
+            start = sdb_now_ns()
+            self.start_ns = start
+            limit = start + <uint64_t>(duration_s * 1e9) if duration_s > 0 else 0
+            k = 0
+            while not sdb_load_flag(&self.stop_flag):
+                now = sdb_now_ns()
+                if limit and now >= limit:
+                    rc = -1
+                    break
+                rc = self.tick(now)
+                if rc == R_FATAL:
+                    break
+                k += 1
+                # absolute schedule with jitter; never bunch: skip ticks already missed
+                jitter = sdb_xorshift(&self.rng) % (2 * self.jitter_ns + 1) if self.jitter_ns else 0
+                deadline = start + k * self.period_ns + jitter - self.jitter_ns
+                now = sdb_now_ns()
+                if now > deadline + self.period_ns // 2:
+                    while start + k * self.period_ns + self.period_ns // 2 < now:
+                        k += 1
+                        self.late += 1
+                    deadline = start + k * self.period_ns
+                sdb_sleep_until(deadline)
+        if rc == -1:
+            why = "duration"
+        elif rc == R_FATAL:
+            why = "target-exited" if self.fatal_errno == ESRCH else "permission"
+        return why
+
+    def stop(self):
+        sdb_store_flag(&self.stop_flag, 1)
+
+    def sample_once(self):
+        """One tick now (for snapshot). Returns False when the target is gone."""
+        cdef int rc
+        with nogil:
+            rc = self.tick(sdb_now_ns())
+        return rc != R_FATAL
+
+    # ------------------------------------------------------------ hand-over
+    def drain(self):
+        """Everything gathered since the last drain, as Python objects (a dict)."""
+        cdef uint64_t i, f0, f1, s0, s1, ns, nt, ni, nm, k
+        cdef SampleEnt *smp = NULL
+        cdef ThreadEvt *tev = NULL
+        cdef AddrEvt *nis = NULL
+        cdef AddrEvt *nms = NULL
+        cdef FrameEnt *fr = NULL
+        cdef uint32_t *ar = NULL
+        cdef StackEnt *st = NULL
+        cdef uint64_t arena0, arena1
+        with nogil:
+            pthread_mutex_lock(&self.mu)
+            smp = self.samples
+            ns = self.sample_len
+            self.samples = NULL
+            self.sample_cap = 0
+            self.sample_len = 0
+            tev = self.tevts
+            nt = self.tevt_len
+            self.tevts = NULL
+            self.tevt_cap = 0
+            self.tevt_len = 0
+            nis = self.new_iseqs
+            ni = self.new_iseq_len
+            self.new_iseqs = NULL
+            self.new_iseq_cap = 0
+            self.new_iseq_len = 0
+            nms = self.new_mes
+            nm = self.new_me_len
+            self.new_mes = NULL
+            self.new_me_cap = 0
+            self.new_me_len = 0
+            f0 = self.frames_drained
+            f1 = self.frame_count
+            fr = <FrameEnt *>malloc((f1 - f0 + 1) * sizeof(FrameEnt))
+            if fr != NULL and f1 > f0:
+                memcpy(fr, &self.frames[f0], (f1 - f0) * sizeof(FrameEnt))
+            s0 = self.stacks_drained
+            s1 = self.stack_count
+            st = <StackEnt *>malloc((s1 - s0 + 1) * sizeof(StackEnt))
+            arena0 = self.stacks[s0].off if s1 > s0 else 0
+            arena1 = self.arena_len
+            ar = <uint32_t *>malloc((arena1 - arena0 + 1) * sizeof(uint32_t))
+            if st != NULL and ar != NULL and s1 > s0:
+                memcpy(st, &self.stacks[s0], (s1 - s0) * sizeof(StackEnt))
+                memcpy(ar, &self.arena[arena0], (arena1 - arena0) * sizeof(uint32_t))
+            self.frames_drained = f1
+            self.stacks_drained = s1
+            pthread_mutex_unlock(&self.mu)
+        try:
+            if fr == NULL or st == NULL or ar == NULL:
+                raise MemoryError()
+            out = {
+                "first_frame": f0,
+                "frame_kind": [fr[i].kind for i in range(f1 - f0)],
+                "frame_iseq": [fr[i].iseq for i in range(f1 - f0)],
+                "frame_pc": [fr[i].pc for i in range(f1 - f0)],
+                "frame_me": [fr[i].me for i in range(f1 - f0)],
+                "first_stack": s0,
+                "stacks": [[ar[st[i].off - arena0 + k] for k in range(st[i].length)] for i in range(s1 - s0)],
+                "sample_t": [smp[i].t_ns for i in range(ns)],
+                "sample_thread": [smp[i].serial for i in range(ns)],
+                "sample_stack": [smp[i].stack for i in range(ns)],
+                "sample_state": [smp[i].state for i in range(ns)],
+                "threads": [
+                    {"ended": tev[i].ended, "serial": tev[i].serial, "tid": tev[i].tid,
+                     "start_ns": tev[i].start_ns, "at_ns": tev[i].at_ns, "flags": tev[i].flags,
+                     "name": (<bytes>tev[i].name).decode("utf-8", "replace")}
+                    for i in range(nt)],
+                "new_iseqs": [(nis[i].addr, nis[i].at_ns) for i in range(ni)],
+                "new_mes": [(nms[i].addr, nms[i].at_ns) for i in range(nm)],
+            }
+        finally:
+            free(smp)
+            free(tev)
+            free(nis)
+            free(nms)
+            free(fr)
+            free(st)
+            free(ar)
+        return out
+
+    def stats(self):
+        return {"ticks": self.ticks, "late": self.late, "samples": self.total_samples, "torn": self.torn,
+                "retried": self.retried, "errors": self.errors, "threads": self.threads_seen,
+                "start_ns": self.start_ns, "last_tick_ns": self.last_tick_ns,
+                "read_ns_total": self.read_ns_total}
+
+
+def monotonic_ns():
+    return sdb_now_ns()
+
+
+def wall_ns():
+    return sdb_wall_ns()

@@ -1,0 +1,76 @@
+/* Small C helpers for _sampler.pyx: atomics on the shared registry,
+ * clocks, hashing, a PRNG for tick jitter. Everything here is nogil-safe. */
+#ifndef SDB_SAMPLER_UTIL_H
+#define SDB_SAMPLER_UTIL_H 1
+
+#define _GNU_SOURCE 1
+#include <stdint.h>
+#include <time.h>
+#include <errno.h>
+#include <sys/prctl.h>
+
+static inline uint64_t sdb_load_acquire_u64(const volatile uint64_t *p)
+{
+    return __atomic_load_n((const uint64_t *)p, __ATOMIC_ACQUIRE);
+}
+
+static inline uint32_t sdb_load_relaxed_u32(const volatile uint32_t *p)
+{
+    return __atomic_load_n((const uint32_t *)p, __ATOMIC_RELAXED);
+}
+
+static inline void sdb_fence_acquire(void) { __atomic_thread_fence(__ATOMIC_ACQUIRE); }
+
+static inline int sdb_load_flag(const volatile int *p) { return __atomic_load_n((const int *)p, __ATOMIC_ACQUIRE); }
+static inline void sdb_store_flag(volatile int *p, int v) { __atomic_store_n((int *)p, v, __ATOMIC_RELEASE); }
+
+static inline uint64_t sdb_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t sdb_wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void sdb_sleep_until(uint64_t deadline_ns)
+{
+    struct timespec ts;
+    ts.tv_sec = (time_t)(deadline_ns / 1000000000ull);
+    ts.tv_nsec = (long)(deadline_ns % 1000000000ull);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+}
+
+/* Ask the kernel for 1 us timer slack on this thread (default 50 us), so
+ * 10 kHz ticks are not rounded up. */
+static inline void sdb_tight_timer_slack(void) { prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); }
+
+static inline uint64_t sdb_mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static inline uint64_t sdb_xorshift(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *s = x;
+    return x;
+}
+
+static inline int sdb_errno(void) { return errno; }
+
+#endif

@@ -1,0 +1,38 @@
+"""sdb-sidecar: the command line. Errors become one line on stderr and an exit code here, and only here."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import __version__
+from .commands import COMMANDS
+from .errors import Exit, SdbError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sdb-sidecar", description="Sample the stacks of a live Ruby process "
+                                     "from outside it, without pausing it.")
+    parser.add_argument("--version", action="version", version=f"sdb {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for cmd in COMMANDS:
+        p = sub.add_parser(cmd.name, help=cmd.__doc__, description=cmd.__doc__)
+        cmd.add_arguments(p)
+        p.set_defaults(run=cmd.run)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except SdbError as e:
+        sys.stderr.write(f"sdb-sidecar: error: {e}\n")
+        return e.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return Exit.FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""Recording: run the sampler in a thread of its own (no GIL), drain it every
+100 ms into the trace, name new ISeqs, print one status line."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import IO, Optional
+
+from sdb_trace import TraceWriter
+
+from . import __version__, _sampler
+from .errors import Exit, SdbError
+from .symbols import RemoteReadError, RemoteRuby
+from .target import Target, permission_error
+
+DRAIN_INTERVAL_S = 0.1
+STATUS_INTERVAL_S = 0.5
+
+
+class Drainer:
+    """Turns what the sampler gathered into trace records (and names new ISeqs)."""
+
+    def __init__(self, target: Target, sampler: "_sampler.Sampler", writer: TraceWriter):
+        self.target = target
+        self.sampler = sampler
+        self.writer = writer
+        self.remote = RemoteRuby(sampler, target.registry.layout)
+        self.symbol_errors = 0
+
+    def drain(self) -> dict:
+        d = self.sampler.drain()
+        w = self.writer
+        for ev in d["threads"]:
+            if not ev["ended"]:
+                w.thread(ev["serial"], ev["tid"], ev["name"], ev["start_ns"], ev["flags"], ev["at_ns"])
+        for addr, at_ns in d["new_iseqs"]:
+            self.remote.forget(addr)
+            try:
+                info = self.remote.iseq_info(addr)
+            except RemoteReadError:
+                self.symbol_errors += 1
+                continue
+            w.iseq(addr, at_ns=at_ns, source="remote", **info)
+        for me, at_ns in d["new_mes"]:
+            w.cfunc(me, None, at_ns, source="remote")
+        if d["frame_kind"]:
+            lines = [self.remote.line(i, pc) if k == 0 else 0
+                     for k, i, pc in zip(d["frame_kind"], d["frame_iseq"], d["frame_pc"])]
+            w.frames(d["first_frame"], d["frame_kind"], d["frame_iseq"], d["frame_pc"], d["frame_me"], lines)
+        if d["stacks"]:
+            w.stacks(d["first_stack"], d["stacks"])
+        if d["sample_t"]:
+            base = d["sample_t"][0]
+            w.samples(base, [t - base for t in d["sample_t"]], d["sample_thread"], d["sample_stack"],
+                      d["sample_state"])
+        for ev in d["threads"]:
+            if ev["ended"]:
+                w.thread_end(ev["serial"], ev["at_ns"])
+        w.flush()
+        return d
+
+
+def open_output(path: str) -> IO[bytes]:
+    try:
+        return open(path, "wb")
+    except OSError as e:
+        raise SdbError(f"cannot write {path}: {e.strerror}", Exit.OUTPUT) from None
+
+
+def record(target: Target, out_path: str, rate_hz: float, duration_s: float, quiet: bool,
+           max_depth: int = 2048, status_stream=None) -> dict:
+    """Record until duration_s (0: no limit), Ctrl-C/SIGTERM or the target's exit.
+    Returns the closing counts."""
+    status_stream = status_stream or sys.stderr
+    out = open_output(out_path)
+    sampler = _sampler.Sampler(target.registry, target.pid, rate_hz, max_depth)
+    try:
+        sampler.read_memory(target.registry.threads()[0]["ec_addr"], 8) if target.registry.threads() else None
+    except OSError as e:
+        out.close()
+        os.unlink(out_path)
+        raise permission_error(target.pid, e) from None
+    writer = TraceWriter(out, {
+        "pid": target.pid, "ruby": target.info["ruby"], "ruby_description": target.info["ruby_description"],
+        "layout": target.info["layout"], "rate_hz": rate_hz, "start_mono_ns": _sampler.monotonic_ns(),
+        "start_wall_ns": _sampler.wall_ns(), "hostname": socket.gethostname(), "sdb_version": __version__,
+        "command": target.command, "max_depth": max_depth,
+    })
+    drainer = Drainer(target, sampler, writer)
+    result = []
+    thread = threading.Thread(target=lambda: result.append(sampler.run(duration_s)), name="sdb-sampler",
+                              daemon=True)
+    interrupted = []
+
+    def on_signal(signum, frame):
+        interrupted.append(signum)
+        sampler.stop()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    status = StatusLine(status_stream, quiet, rate_hz)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(DRAIN_INTERVAL_S)
+            drainer.drain()
+            if not _alive(target.pid):
+                sampler.stop()
+            status.update(sampler.stats())
+        drainer.drain()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    stats = sampler.stats()
+    why = result[0] if result else "stopped"
+    if interrupted:
+        why = "interrupted"
+    elif why == "stopped" or why == "target-exited":
+        why = "target-exited" if not _alive(target.pid) else why
+    counts = {"at_ns": _sampler.monotonic_ns(), "reason": why, "ticks": stats["ticks"], "late": stats["late"],
+              "samples": stats["samples"], "torn": stats["torn"], "retried": stats["retried"],
+              "errors": stats["errors"], "threads": stats["threads"], "symbol_errors": drainer.symbol_errors}
+    writer.end(**counts)
+    out.close()
+    status.finish(stats)
+    if why == "permission":
+        raise permission_error(target.pid, PermissionError(1, "Operation not permitted"))
+    return counts
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie still answers kill(): look at its state
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return data[data.rindex(b")") + 2:data.rindex(b")") + 3] != b"Z"
+    except OSError:
+        return False
+
+
+class StatusLine:
+    """One line on stderr, redrawn at most twice a second: threads, samples, rate, torn %, late %."""
+
+    def __init__(self, stream, quiet: bool, rate_hz: float):
+        self.stream = stream
+        self.quiet = quiet
+        self.rate_hz = rate_hz
+        self.last = 0.0
+        self.tty = hasattr(stream, "isatty") and stream.isatty()
+
+    def text(self, st: dict) -> str:
+        elapsed = max(1e-9, (st["last_tick_ns"] - st["start_ns"]) / 1e9) if st["ticks"] > 1 else 0
+        rate = (st["ticks"] - 1) / elapsed if elapsed else 0.0
+        reads = st["samples"] + st["torn"]
+        torn = 100.0 * st["torn"] / reads if reads else 0.0
+        late = 100.0 * st["late"] / (st["ticks"] + st["late"]) if st["ticks"] else 0.0
+        return (f"sdb: {st['threads']} threads, {st['samples']} samples, {rate:.0f} Hz "
+                f"(asked {self.rate_hz:.0f}), torn {torn:.2f}%, late {late:.2f}%")
+
+    def update(self, st: dict) -> None:
+        now = time.monotonic()
+        if self.quiet or now - self.last < STATUS_INTERVAL_S or not self.tty:
+            return
+        self.last = now
+        self.stream.write("\r\x1b[K" + self.text(st))
+        self.stream.flush()
+
+    def finish(self, st: dict) -> None:
+        if self.quiet:
+            return
+        self.stream.write(("\r\x1b[K" if self.tty else "") + self.text(st) + "\n")
+        self.stream.flush()

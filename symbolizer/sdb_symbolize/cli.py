@@ -1,0 +1,98 @@
+"""sdb-symbolize: names the frames of a raw trace and writes a profile.
+
+Errors become one line on stderr and an exit code here, and only here; whatever the
+trace holds before a problem is still written out."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from sdb_trace import Corrupt, NewerVersion, NotATrace, TraceError, Truncated, iter_samples, load_tables
+
+from . import __version__
+from .reporters import REPORTERS
+from .resolve import Resolver, thread_label
+
+
+class Exit:
+    OK = 0
+    FAILED = 1
+    USAGE = 2
+    NO_TRACE = 20        # missing or unreadable file, or not a trace
+    NEWER = 21           # a newer format version
+    TRUNCATED = 22       # ends inside a record: output holds everything before it
+    CORRUPT = 23         # a bad record: output holds everything before it
+    OUTPUT = 24          # the output path cannot be written
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sdb-symbolize", description="Name the frames of an sdb trace and write "
+                                "a profile.")
+    p.add_argument("trace", help="trace file written by sdb-sidecar (trace.msgpack)")
+    p.add_argument("--format", "-f", default="collapsed", choices=sorted(REPORTERS),
+                   help="output format (default collapsed)")
+    p.add_argument("-o", "--output", default="-", help="output file (default: standard output)")
+    p.add_argument("--version", action="version", version=f"sdb {__version__}")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except TraceError as e:
+        sys.stderr.write(f"sdb-symbolize: error: {e}\n")
+        return _code(e)
+    except BrokenPipeError:
+        return Exit.FAILED
+
+
+def _code(e: TraceError) -> int:
+    if isinstance(e, Truncated):
+        return Exit.TRUNCATED
+    if isinstance(e, Corrupt):
+        return Exit.CORRUPT
+    if isinstance(e, NewerVersion):
+        return Exit.NEWER
+    return Exit.NO_TRACE
+
+
+def run(args) -> int:
+    if not os.path.isfile(args.trace):
+        raise TraceError(f"{args.trace}: no such file")
+    tables = load_tables(args.trace)
+    reporter = REPORTERS[args.format](tables.header, args)
+    resolver = Resolver(tables)
+    labels = {s: thread_label(th, s) for s, th in tables.threads.items()}
+
+    def on_batch(base, dts, threads, stacks, states):
+        for dt, th, sid, st in zip(dts, threads, stacks, states):
+            if sid >= len(tables.stacks):
+                return
+            label = labels.get(th) or thread_label(None, th)
+            reporter.add(label, resolver.stack(sid, base + dt), st, base + dt, 1)
+
+    iter_samples(args.trace, on_batch)
+    try:
+        out = sys.stdout if args.output == "-" else open(args.output, "wb" if reporter.binary else "w")
+    except OSError as e:
+        sys.stderr.write(f"sdb-symbolize: error: cannot write {args.output}: {e.strerror}\n")
+        return Exit.OUTPUT
+    try:
+        reporter.render(out.buffer if reporter.binary and out is sys.stdout else out)
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    if tables.error is not None:
+        sys.stderr.write(f"sdb-symbolize: error: {tables.error} ({tables.sample_count} samples before it "
+                         f"were written)\n")
+        return _code(tables.error)
+    if tables.end is None:
+        sys.stderr.write(f"sdb-symbolize: warning: {args.trace}: recording was cut short (no end record); "
+                         f"{tables.sample_count} samples written\n")
+    return Exit.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

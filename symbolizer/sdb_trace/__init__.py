@@ -1,0 +1,293 @@
+"""The sdb trace format: the one module that writes and reads `trace.msgpack`.
+
+The format is specified in docs/trace-format.md. The sidecar writes with
+`TraceWriter`; every reading tool goes through `TraceReader` (records one by
+one) or `load_tables` + `iter_samples` (the symbolizer's two streaming passes).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import IO, Callable, Dict, Iterator, List, Optional
+
+import msgpack
+
+MAGIC = "sdb-trace"
+VERSION = 1
+
+KIND_RUBY = 0
+KIND_CFUNC = 1
+KIND_OTHER = 2
+KIND_TRUNCATED = 3
+
+STATE_UNKNOWN = 0
+STATE_RUNNING = 1
+STATE_GVL_WAIT = 2
+STATE_BLOCKED = 3
+STATE_NAMES = {STATE_UNKNOWN: "unknown", STATE_RUNNING: "running",
+               STATE_GVL_WAIT: "waiting for GVL", STATE_BLOCKED: "blocked"}
+
+
+class TraceError(Exception):
+    """A trace that cannot be read (fully). `str()` is the one-line message."""
+
+
+class NotATrace(TraceError):
+    pass
+
+
+class NewerVersion(TraceError):
+    pass
+
+
+class Truncated(TraceError):
+    pass
+
+
+class Corrupt(TraceError):
+    pass
+
+
+# --------------------------------------------------------------------- writer
+class TraceWriter:
+    """Appends records to an open binary file; flushes after every batch."""
+
+    def __init__(self, out: IO[bytes], header: dict):
+        self._out = out
+        self._packer = msgpack.Packer(unicode_errors="replace")
+        rec = {"t": "header", "magic": MAGIC, "version": VERSION}
+        rec.update(header)
+        self._write(rec)
+        self.flush()
+
+    def _write(self, rec: dict) -> None:
+        self._out.write(self._packer.pack(rec))
+
+    def thread(self, serial: int, tid: int, name: str, start_ns: int, flags: int, at_ns: int) -> None:
+        self._write({"t": "thread", "serial": serial, "tid": tid, "name": name,
+                     "start_ns": start_ns, "flags": flags, "at_ns": at_ns})
+
+    def thread_end(self, serial: int, at_ns: int) -> None:
+        self._write({"t": "thread_end", "serial": serial, "at_ns": at_ns})
+
+    def frames(self, first_id: int, kind: List[int], iseq: List[int], pc: List[int], me: List[int],
+               line: List[int]) -> None:
+        self._write({"t": "frames", "first_id": first_id, "kind": kind, "iseq": iseq, "pc": pc, "me": me,
+                     "line": line})
+
+    def stacks(self, first_id: int, stacks: List[List[int]]) -> None:
+        self._write({"t": "stacks", "first_id": first_id, "stacks": stacks})
+
+    def samples(self, base_ns: int, dt_ns: List[int], thread: List[int], stack: List[int], state: List[int]) -> None:
+        self._write({"t": "samples", "base_ns": base_ns, "dt_ns": dt_ns, "thread": thread,
+                     "stack": stack, "state": state})
+
+    def iseq(self, addr: int, label: str, base_label: str, path: str, realpath: Optional[str],
+             first_line: int, type: int, at_ns: int, source: str = "remote", **extra) -> None:
+        rec = {"t": "iseq", "addr": addr, "label": label, "base_label": base_label, "path": path,
+               "realpath": realpath, "first_line": first_line, "type": type, "at_ns": at_ns,
+               "source": source}
+        rec.update(extra)
+        self._write(rec)
+
+    def cfunc(self, me: int, name: Optional[str], at_ns: int, source: str = "remote") -> None:
+        self._write({"t": "cfunc", "me": me, "name": name, "at_ns": at_ns, "source": source})
+
+    def end(self, **counts) -> None:
+        rec = {"t": "end"}
+        rec.update(counts)
+        self._write(rec)
+        self.flush()
+
+    def flush(self) -> None:
+        self._out.flush()
+
+
+# --------------------------------------------------------------------- reader
+_CHUNK = 1 << 20
+
+
+class TraceReader:
+    """Reads a trace record by record.
+
+    `header` is read on construction (NotATrace / NewerVersion raised there).
+    `records()` yields every complete record after the header; problems found
+    later (Truncated, Corrupt) are raised only after every good record before
+    them has been yielded, so callers lose nothing already recorded.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            self._f = open(path, "rb")
+        except OSError as e:
+            raise TraceError(f"cannot open {path}: {e.strerror}") from None
+        self.size = os.fstat(self._f.fileno()).st_size
+        self._unpacker = msgpack.Unpacker(raw=False, unicode_errors="replace",
+                                          strict_map_key=False, max_buffer_size=0)
+        self.complete = False  # set once an `end` record has been read
+        self.end: Optional[dict] = None
+        first = self._next()
+        if (first is None or not isinstance(first, dict) or first.get("t") != "header"
+                or first.get("magic") != MAGIC):
+            raise NotATrace(f"{path}: not an sdb trace")
+        version = first.get("version")
+        if not isinstance(version, int) or version < 1:
+            raise Corrupt(f"{path}: corrupt header (version {version!r})")
+        if version > VERSION:
+            raise NewerVersion(f"{path}: written by a newer sdb (format {version}; this one reads up to "
+                               f"{VERSION}): upgrade sdb")
+        self.header = first
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _next(self):
+        """The next object, None at a clean end of file; raises Truncated/Corrupt."""
+        while True:
+            offset = self._unpacker.tell()
+            try:
+                return self._unpacker.unpack()
+            except msgpack.OutOfData:
+                chunk = self._f.read(_CHUNK)
+                if not chunk:
+                    if self._unpacker.tell() < self.size:
+                        raise Truncated(f"{self.path}: truncated at byte {offset} "
+                                        f"(the file ends inside a record)") from None
+                    return None
+                self._unpacker.feed(chunk)
+            except (msgpack.FormatError, msgpack.StackError, ValueError, TypeError) as e:
+                raise Corrupt(f"{self.path}: corrupt at byte {offset} ({e})") from None
+
+    def records(self) -> Iterator[dict]:
+        while True:
+            offset = self._unpacker.tell()
+            rec = self._next()
+            if rec is None:
+                return
+            if not isinstance(rec, dict) or not isinstance(rec.get("t"), str):
+                raise Corrupt(f"{self.path}: corrupt at byte {offset} (a record that is not a map with \"t\")")
+            if rec["t"] == "end":
+                self.complete = True
+                self.end = rec
+            yield rec
+
+
+# ------------------------------------------------------------- tables + samples
+@dataclass
+class Symbol:
+    at_ns: int
+    label: str
+    path: str
+    first_line: int
+    source: str
+    record: dict
+
+
+@dataclass
+class Tables:
+    """Everything but the samples: the first streaming pass."""
+    header: dict
+    threads: Dict[int, dict] = field(default_factory=dict)
+    frame_kind: List[int] = field(default_factory=list)
+    frame_iseq: List[int] = field(default_factory=list)
+    frame_pc: List[int] = field(default_factory=list)
+    frame_me: List[int] = field(default_factory=list)
+    frame_line: List[int] = field(default_factory=list)
+    stacks: List[List[int]] = field(default_factory=list)
+    iseqs: Dict[int, List[Symbol]] = field(default_factory=dict)  # addr -> symbols by time
+    cfuncs: Dict[int, List[Symbol]] = field(default_factory=dict)
+    end: Optional[dict] = None
+    sample_count: int = 0
+    error: Optional[TraceError] = None  # a Truncated/Corrupt met after the good records
+
+    def symbol_at(self, table: Dict[int, List[Symbol]], addr: int, t: int) -> Optional[Symbol]:
+        """The symbol for `addr` holding at time `t`: the latest one created at or before `t`
+        (or the first one, for a sample taken before the sidecar recorded its symbol)."""
+        syms = table.get(addr)
+        if not syms:
+            return None
+        if len(syms) == 1:
+            return syms[0]
+        best = syms[0]
+        for s in syms:
+            if s.at_ns <= t:
+                best = s
+            else:
+                break
+        return best
+
+
+def _check_ids(reader: TraceReader, rec: dict, expected: int, what: str) -> None:
+    if rec.get("first_id") != expected:
+        raise Corrupt(f"{reader.path}: corrupt {what} record (first_id {rec.get('first_id')}, "
+                      f"expected {expected})")
+
+
+def load_tables(path: str) -> Tables:
+    """First pass: threads, frames, stacks and symbols; counts samples."""
+    with TraceReader(path) as reader:
+        tables = Tables(header=reader.header)
+        try:
+            for rec in reader.records():
+                t = rec["t"]
+                if t == "samples":
+                    tables.sample_count += len(rec.get("stack", ()))
+                elif t == "frames":
+                    _check_ids(reader, rec, len(tables.frame_kind), "frames")
+                    tables.frame_kind.extend(rec["kind"])
+                    tables.frame_iseq.extend(rec["iseq"])
+                    tables.frame_pc.extend(rec["pc"])
+                    tables.frame_me.extend(rec["me"])
+                    tables.frame_line.extend(rec.get("line") or [0] * len(rec["kind"]))
+                elif t == "stacks":
+                    _check_ids(reader, rec, len(tables.stacks), "stacks")
+                    tables.stacks.extend(rec["stacks"])
+                elif t == "thread":
+                    prev = tables.threads.get(rec["serial"])
+                    if prev is not None:
+                        rec = dict(rec, names=prev.get("names", [prev["name"]]) + [rec["name"]])
+                    tables.threads[rec["serial"]] = rec
+                elif t == "thread_end":
+                    th = tables.threads.get(rec.get("serial"))
+                    if th is not None:
+                        th["end_ns"] = rec.get("at_ns")
+                elif t == "iseq":
+                    sym = Symbol(rec.get("at_ns", 0), rec.get("label") or "", rec.get("path") or "",
+                                 rec.get("first_line") or 0, rec.get("source", ""), rec)
+                    _insert_symbol(tables.iseqs, rec["addr"], sym)
+                elif t == "cfunc":
+                    sym = Symbol(rec.get("at_ns", 0), rec.get("name") or "", "", 0, rec.get("source", ""), rec)
+                    _insert_symbol(tables.cfuncs, rec["me"], sym)
+                elif t == "end":
+                    tables.end = rec
+        except (Truncated, Corrupt) as e:
+            tables.error = e
+        except (KeyError, TypeError) as e:
+            tables.error = Corrupt(f"{path}: corrupt record ({e!r})")
+    return tables
+
+
+def _insert_symbol(table: Dict[int, List[Symbol]], addr: int, sym: Symbol) -> None:
+    lst = table.setdefault(addr, [])
+    lst.append(sym)
+    if len(lst) > 1 and lst[-2].at_ns > sym.at_ns:
+        lst.sort(key=lambda s: s.at_ns)
+
+
+def iter_samples(path: str, on_batch: Callable[[int, List[int], List[int], List[int], List[int]], None]) -> None:
+    """Second pass: calls on_batch(base_ns, dt_ns, thread, stack, state) for each batch, in order.
+    Stops quietly at the first unreadable record (load_tables has reported it)."""
+    with TraceReader(path) as reader:
+        try:
+            for rec in reader.records():
+                if rec["t"] == "samples":
+                    on_batch(rec["base_ns"], rec["dt_ns"], rec["thread"], rec["stack"], rec["state"])
+        except (Truncated, Corrupt):
+            return
