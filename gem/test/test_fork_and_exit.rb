@@ -1,0 +1,98 @@
+# frozen_string_literal: true
+
+require_relative "sdb_test_helper"
+
+class TestForkAndExit < Minitest::Test
+  include SdbTestHelper
+
+  def test_fork_child_gets_its_own_registry_and_the_parents_file_is_unchanged
+    r = run_json(<<~RUBY)
+      require "sdb"
+      q = Queue.new
+      t = Thread.new { q.pop }
+      sleep 0.05 until t.status == "sleep"
+      before = File.binread(Sdb.registry_path)
+      rd, wr = IO.pipe
+      pid = fork do
+        rd.close
+        h = SdbRegistryReader.read(Sdb.registry_path)
+        wr.write JSON.dump("path" => Sdb.registry_path, "pid" => Process.pid, "enabled" => Sdb.enabled?,
+                           "header_pid" => h["pid"], "status" => h["status_name"],
+                           "live" => h["slots"].select { |s| s["live"] == 1 },
+                           "tid" => Thread.current.native_thread_id)
+        wr.close
+      end
+      wr.close
+      child = JSON.parse(rd.read)
+      Process.wait(pid)
+      after = File.binread(Sdb.registry_path)
+      q << 1
+      t.join
+      puts JSON.dump("child" => child, "same" => before == after, "parent_path" => Sdb.registry_path,
+                     "child_file_left" => File.exist?(child["path"]))
+    RUBY
+    child = r["child"]
+    assert_equal "/dev/shm/sdb-#{child['pid']}", child["path"]
+    refute_equal r["parent_path"], child["path"]
+    assert_equal child["pid"], child["header_pid"]
+    assert_equal "ENABLED", child["status"]
+    assert child["enabled"]
+    assert_equal 1, child["live"].size, "only the forking thread survives"
+    # the forking thread is the child's only thread: its tid is the child's pid
+    assert_equal child["pid"], child["live"][0]["native_tid"]
+    assert_equal 0x1, child["live"][0]["flags"] & 0x1
+    assert r["same"], "the parent's registry is byte-for-byte unchanged by the child"
+    refute r["child_file_left"], "the child's registry is removed at the child's exit"
+  end
+
+  def test_io_popen_dash_child_gets_its_own_registry
+    out, err, status = run_ruby(<<~RUBY)
+      require "sdb"
+      io = IO.popen("-")
+      if io
+        child_path = io.read.strip
+        io.close
+        puts [child_path != Sdb.registry_path, File.exist?(Sdb.registry_path)].inspect
+      else
+        puts Sdb.registry_path
+      end
+    RUBY
+    assert status.success?, err
+    assert_equal "[true, true]\n", out
+  end
+
+  def test_registry_file_is_removed_at_exit
+    out, err, status = run_ruby(<<~RUBY)
+      require "sdb"
+      puts Sdb.registry_path
+      $stdout.flush
+      puts File.exist?(Sdb.registry_path)
+    RUBY
+    assert status.success?, err
+    path, existed = out.lines.map(&:strip)
+    assert_equal "true", existed
+    refute File.exist?(path), "#{path} is gone after exit"
+  end
+
+  def test_stale_file_with_our_pid_is_replaced
+    out, err, status = run_ruby(<<~RUBY)
+      File.write("/dev/shm/sdb-\#{Process.pid}", "stale")
+      require "sdb"
+      puts Sdb.enabled?, SdbRegistryReader.read(Sdb.registry_path)["magic"].start_with?("SDBREG")
+    RUBY
+    assert status.success?, err
+    assert_equal "true\ntrue\n", out
+    assert_equal "", err
+  end
+
+  def test_sdb_disable_creates_nothing_and_patches_nothing
+    out, err, status = run_ruby(<<~RUBY, "SDB_DISABLE" => "1")
+      require "sdb"
+      p Sdb.enabled?, Sdb.registry_path, File.exist?("/dev/shm/sdb-\#{Process.pid}"),
+        Thread.ancestors.take(2), $LOADED_FEATURES.grep(/sdb_ext/).size
+    RUBY
+    assert status.success?, err
+    assert_equal "", err
+    assert_equal "false\nnil\nfalse\n[Thread, Object]\n0\n", out
+  end
+end

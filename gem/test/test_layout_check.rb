@@ -1,0 +1,71 @@
+# frozen_string_literal: true
+
+require_relative "sdb_test_helper"
+
+class TestLayoutCheck < Minitest::Test
+  include SdbTestHelper
+
+  PROBE = <<~RUBY
+    require "sdb"
+    h = Sdb.registry_path && SdbRegistryReader.read(Sdb.registry_path)
+    t = Thread.new { 7 }
+    puts JSON.dump("enabled" => Sdb.enabled?, "status" => h && h["status_name"],
+                   "reason" => h && h["disabled_reason"], "layout" => h && h["layout_name"],
+                   "live" => h && h["slots"].count { |s| s["live"] == 1 },
+                   "patched" => Thread.ancestors.include?(Sdb::ThreadPatch), "value" => t.value)
+  RUBY
+
+  def test_forced_unknown_layout_warns_once_and_is_disabled_with_the_file_kept
+    out, err, status = run_ruby(PROBE, "SDB_FORCE_LAYOUT" => "9.9")
+    assert status.success?, err
+    assert_equal ["sdb: SDB_FORCE_LAYOUT=9.9 names no layout row (known: 3.1 3.2 3.3 3.4 4.0); profiling disabled"],
+                 err.lines.map(&:chomp)
+    r = JSON.parse(out)
+    assert_equal false, r["enabled"]
+    assert_equal "DISABLED", r["status"]
+    assert_match(/SDB_FORCE_LAYOUT=9.9/, r["reason"])
+    assert_equal 0, r["live"]
+    assert_equal false, r["patched"]
+    assert_equal 7, r["value"]
+  end
+
+  def test_forced_layout_row_of_this_ruby_is_checked_and_used
+    r = run_json(PROBE, "SDB_FORCE_LAYOUT" => RUBY_VERSION[/\A\d+\.\d+/])
+    assert r["enabled"]
+    assert_equal RUBY_VERSION[/\A\d+\.\d+/], r["layout"]
+  end
+
+  def test_forced_layout_of_another_ruby_is_refused_cleanly
+    other = RUBY_VERSION.start_with?("3.1") ? "3.4" : "3.1"
+    out, err, status = run_ruby(PROBE, "SDB_FORCE_LAYOUT" => other)
+    assert status.success?, err
+    assert_equal 1, err.lines.size, err
+    assert_match(/\Asdb: layout #{Regexp.escape(other)} does not match this Ruby/, err)
+    assert_equal "DISABLED", JSON.parse(out)["status"]
+  end
+
+  %w[thread_ec cfp_iseq body_pathobj body_first_lineno cfp_size].each do |field|
+    define_method("test_layout_with_a_wrong_#{field}_is_refused_without_crashing") do
+      out, err, status = run_ruby(PROBE, "SDB_TEST_CORRUPT_LAYOUT" => field)
+      assert status.success?, "child crashed or failed: #{status.inspect}\n#{err}"
+      assert_equal 1, err.lines.size, err
+      assert_match(/\Asdb: layout \d+\.\d+ does not match this Ruby .*; profiling disabled/, err)
+      r = JSON.parse(out)
+      assert_equal false, r["enabled"]
+      assert_equal "DISABLED", r["status"]
+      assert_equal err.chomp.delete_prefix("sdb: ")[0, 199], r["reason"]
+      assert_equal false, r["patched"]
+      assert_equal 7, r["value"]
+    end
+  end
+
+  def test_stale_symlink_at_our_path_is_replaced_never_followed
+    out, err, status = run_ruby(<<~RUBY)
+      File.symlink("/tmp/sdb-symlink-target-\#{Process.pid}", "/dev/shm/sdb-\#{Process.pid}")
+      require "sdb"
+      p Sdb.enabled?, File.symlink?(Sdb.registry_path), File.exist?("/tmp/sdb-symlink-target-\#{Process.pid}")
+    RUBY
+    assert status.success?, err
+    assert_equal "true\nfalse\nfalse\n", out
+  end
+end
