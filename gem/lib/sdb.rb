@@ -31,8 +31,9 @@ module Sdb
     # thread ends (return, raise, kill).
     def wrap(block)
       proc do |*args|
-        slot = Sdb.__send__(:__register_current, 0)
+        slot = nil
         begin
+          slot = Sdb.__send__(:__register_current, 0)
           block.call(*args)
         ensure
           Sdb.__send__(:__release, slot, Thread.current)
@@ -90,6 +91,34 @@ module Sdb
       pid
     end
   end
+
+  # exec keeps the pid: drop the registry first, put it back if exec fails.
+  module ExecPatch
+    def exec(*args)
+      Sdb.__send__(:__before_exec)
+      begin
+        super
+      rescue Exception
+        Sdb.__send__(:__after_failed_exec)
+        raise
+      end
+    end
+  end
+
+  # Kernel#exec is private: keep it so.
+  module KernelExecPatch
+    private
+
+    def exec(*args)
+      Sdb.__send__(:__before_exec)
+      begin
+        super
+      rescue Exception
+        Sdb.__send__(:__after_failed_exec)
+        raise
+      end
+    end
+  end
 end
 
 if ENV["SDB_DISABLE"] != "1"
@@ -102,5 +131,8 @@ if ENV["SDB_DISABLE"] != "1"
     Thread.prepend(Sdb::ThreadPatch)
     Thread.singleton_class.prepend(Sdb::ThreadStartPatch)
     Process.singleton_class.prepend(Sdb::ForkPatch)
+    Process.singleton_class.prepend(Sdb::ExecPatch)
+    Kernel.prepend(Sdb::KernelExecPatch)
+    Kernel.singleton_class.prepend(Sdb::ExecPatch)
   end
 end

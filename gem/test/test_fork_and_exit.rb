@@ -95,4 +95,23 @@ class TestForkAndExit < Minitest::Test
     assert_equal "", err
     assert_equal "false\nnil\nfalse\n[Thread, Object]\n0\n", out
   end
+
+  def test_exec_removes_the_file_and_a_failed_exec_puts_it_back
+    out, err, status = run_ruby(<<~RUBY)
+      require "sdb"
+      path = Sdb.registry_path
+      begin
+        exec("/nonexistent/sdb-test-binary")
+      rescue SystemCallError
+        p File.exist?(path), SdbRegistryReader.live_slots(path).size
+      end
+      p 1.respond_to?(:exec), Kernel.private_method_defined?(:exec)
+      pid = fork { exec("sleep", "0.5") }
+      sleep 0.2
+      p File.exist?("/dev/shm/sdb-\#{pid}")
+      Process.wait(pid)
+    RUBY
+    assert status.success?, err
+    assert_equal "true\n1\nfalse\ntrue\nfalse\n", out
+  end
 end

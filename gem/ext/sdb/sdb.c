@@ -745,6 +745,45 @@ sdb_after_fork_child(VALUE self)
     return Qnil;
 }
 
+/* Sdb.__before_exec: exec keeps our pid and start ticks, so a file left
+ * behind would describe a process that is no longer Ruby: unlink it. */
+static VALUE
+sdb_before_exec(VALUE self)
+{
+    (void)self;
+    if (sdb.hdr && sdb.path[0] && getpid() == sdb.pid) unlink(sdb.path);
+    return Qnil;
+}
+
+/* Sdb.__after_failed_exec: exec raised, we are still this Ruby: publish
+ * the registry again under the same path, contents unchanged. */
+static VALUE
+sdb_after_failed_exec(VALUE self)
+{
+    int fd;
+    void *map;
+    (void)self;
+    if (!sdb.hdr || !sdb.path[0] || getpid() != sdb.pid) return Qnil;
+    fd = open(sdb.path, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) return Qnil;
+    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)sdb.map_size) != 0 ||
+        (map = mmap(NULL, sdb.map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+        close(fd);
+        unlink(sdb.path);
+        return Qnil;
+    }
+    /* GVL held: no slot write is in flight except the exit hook's, which
+     * only ever marks a slot dead; the sweep re-checks those threads. */
+    memcpy(map, sdb.map, sdb.map_size);
+    munmap(sdb.map, sdb.map_size);
+    close(sdb.fd);
+    sdb.fd = fd;
+    sdb.map = map;
+    sdb.hdr = (struct sdb_header *)map;
+    sdb.slots = (struct sdb_slot *)((char *)map + sdb.hdr->slots_offset);
+    return Qnil;
+}
+
 static VALUE
 sdb_enabled_p(VALUE self)
 {
@@ -765,7 +804,8 @@ Init_sdb_ext(void)
     VALUE mSdb = rb_define_module("Sdb");
     VALUE sing = rb_singleton_class(mSdb);
     const char *priv[] = { "__open", "__register_current", "__adopt", "__release", "__rename",
-                           "__after_fork_child", "__enabled?", "__registry_path" };
+                           "__after_fork_child", "__before_exec", "__after_failed_exec",
+                           "__enabled?", "__registry_path" };
     size_t i;
 
     sdb_id_alive_p = rb_intern("alive?");
@@ -781,6 +821,8 @@ Init_sdb_ext(void)
     rb_define_singleton_method(mSdb, "__release", sdb_release, 2);
     rb_define_singleton_method(mSdb, "__rename", sdb_rename, 2);
     rb_define_singleton_method(mSdb, "__after_fork_child", sdb_after_fork_child, 0);
+    rb_define_singleton_method(mSdb, "__before_exec", sdb_before_exec, 0);
+    rb_define_singleton_method(mSdb, "__after_failed_exec", sdb_after_failed_exec, 0);
     rb_define_singleton_method(mSdb, "__enabled?", sdb_enabled_p, 0);
     rb_define_singleton_method(mSdb, "__registry_path", sdb_registry_path, 0);
     for (i = 0; i < sizeof(priv) / sizeof(priv[0]); i++)
