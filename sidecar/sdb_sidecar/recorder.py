@@ -46,7 +46,12 @@ class Drainer:
                 continue
             w.iseq(addr, at_ns=at_ns, source="remote", **info)
         for me, at_ns in d["new_mes"]:
-            w.cfunc(me, None, at_ns, source="remote")
+            try:
+                name = self.remote.cfunc_name(me)
+            except RemoteReadError:
+                self.symbol_errors += 1
+                name = None
+            w.cfunc(me, name, at_ns, source="remote")
         if d["frame_kind"]:
             lines = [self.remote.line(i, pc) if k == 0 else 0
                      for k, i, pc in zip(d["frame_kind"], d["frame_iseq"], d["frame_pc"])]

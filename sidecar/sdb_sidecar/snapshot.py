@@ -59,7 +59,14 @@ def _frames(raw, remote: RemoteRuby, names: dict) -> list:
             caller = (info["path"], remote.line(iseq, pc))
             out.append({"label": info["label"], "path": info["path"], "line": caller[1]})
         elif kind == KIND_CFUNC:
-            out.append({"label": "(C function)", "path": caller[0], "line": caller[1], "cfunc": True})
+            name = names.get(("me", me), False)
+            if name is False:
+                try:
+                    name = remote.cfunc_name(me)
+                except RemoteReadError:
+                    name = None
+                names[("me", me)] = name
+            out.append({"label": name or "(C function)", "path": caller[0], "line": caller[1], "cfunc": True})
         elif kind == KIND_TRUNCATED:
             out.append({"label": "(truncated)", "path": None, "line": 0})
     out.reverse()

@@ -16,6 +16,8 @@ T_STRING = 0x05
 T_ARRAY = 0x07
 T_IMEMO = 0x1A
 IMEMO_ISEQ = 7
+IMEMO_MENT = 6
+ID_ENTRY_UNIT = 512  # symbol.c: ids is an Array of 512-entry chunks of [String, Symbol] pairs
 MAX_STRING = 64 * 1024
 IMM_TABLE = 54  # succ_index_table: ranks of the first 54 positions are kept immediately
 
@@ -126,6 +128,42 @@ class RemoteRuby:
         path = self.string(items[0], "ISeq path") if items else ""
         realpath = self.string(items[1], "ISeq realpath") if len(items) > 1 else None
         return path or "", realpath
+
+    # ------------------------------------------------------------ C methods
+    def array_entry(self, ary: int, idx: int, what: str) -> int:
+        L = self.L
+        head = self.read(ary, 40, what)
+        flags = struct.unpack_from("<Q", head, 0)[0]
+        if flags & T_MASK != T_ARRAY:
+            raise RemoteReadError(f"{what} at 0x{ary:x} is not an Array")
+        if flags & (1 << L["rarray_embed_bit"]):
+            n = (flags >> L["rarray_embed_len_shift"]) & L["rarray_embed_len_mask"]
+            ptr = ary + L["rarray_embed_ary"]
+        else:
+            n = struct.unpack_from("<q", head, L["rarray_heap_len"])[0]
+            ptr = struct.unpack_from("<Q", head, L["rarray_heap_ptr"])[0]
+        if idx >= n:
+            raise RemoteReadError(f"{what}: index {idx} past its end ({n})")
+        return self.u64(ptr + 8 * idx, what)
+
+    def id_name(self, id_: int) -> Optional[str]:
+        """rb_id2str, from outside: None when the gem found no symbol table."""
+        table = self.L["global_symbols_addr"]
+        if not table:
+            return None
+        serial = id_ >> 4 if id_ > self.L["tlast_op_id"] else id_
+        ids = self.u64(table + 16, "symbol table")
+        chunk = self.array_entry(ids, serial // ID_ENTRY_UNIT, "symbol table chunk")
+        return self.string(self.array_entry(chunk, (serial % ID_ENTRY_UNIT) * 2, "symbol table entry"), "method name")
+
+    def cfunc_name(self, me: int) -> Optional[str]:
+        """The name Ruby's backtrace gives a C method frame (its original method name)."""
+        L = self.L
+        flags = self.u64(me, "method entry")
+        if flags & T_MASK != T_IMEMO or (flags >> 12) & 0xF != IMEMO_MENT:
+            raise RemoteReadError(f"0x{me:x} is not a method entry")
+        d = self.u64(me + L["me_def"], "method definition")
+        return self.id_name(self.u64(d + L["def_original_id"], "method id"))
 
     # ------------------------------------------------------------ lines
     def _line_table(self, iseq: int):

@@ -1,0 +1,65 @@
+# sdb: two commands on a fresh Debian machine.
+#   make demo   set everything up, profile the bundled example app, print its top stacks
+#   make test   set everything up, run the whole test suite
+# Everything is idempotent: a second run only rebuilds what changed.
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+RUBY ?= /usr/bin/ruby
+BUILD := build
+STAMPS := $(BUILD)/stamps
+RUBY_VERSION = $(shell $(RUBY) -e 'print RUBY_VERSION' 2>/dev/null)
+GEM_HOME_DIR = $(CURDIR)/$(BUILD)/gem-home/$(RUBY_VERSION)
+SAMPLER_SO := sidecar/sdb_sidecar/_sampler$(shell $(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+GEM_SOURCES := $(wildcard gem/ext/sdb/*.c gem/ext/sdb/*.h gem/ext/sdb/*.rb gem/lib/*.rb gem/lib/sdb/*.rb) gem/sdb.gemspec
+
+.PHONY: setup demo test test-fast bench clean help
+help:
+	@echo "make demo    - set up, record the example app, print its top stacks"
+	@echo "make test    - set up, run the test suite"
+	@echo "make bench   - run the benchmarks (writes benchmarks/results/)"
+
+setup: $(STAMPS)/machine $(STAMPS)/venv sampler $(STAMPS)/gem-$(RUBY_VERSION)
+
+$(STAMPS)/machine: scripts/setup-machine
+	@mkdir -p $(STAMPS)
+	scripts/setup-machine
+	@touch $@
+
+# The virtualenv uses Debian's python3, whose bcc module (python3-bpfcc) it reaches by path.
+$(STAMPS)/venv: pyproject.toml setup.py $(STAMPS)/machine
+	@mkdir -p $(STAMPS)
+	test -x $(PY) || /usr/bin/python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip setuptools wheel
+	$(PY) -m pip install -q --disable-pip-version-check "cython>=3.0" "msgpack>=1.0" "pytest>=7"
+	echo /usr/lib/python3/dist-packages > $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-debian-bcc.pth
+	$(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e . > $(BUILD)/pip-install.log 2>&1 || { cat $(BUILD)/pip-install.log; exit 1; }
+	@touch $@
+
+.PHONY: sampler
+sampler: $(STAMPS)/venv
+	@$(MAKE) --no-print-directory $(SAMPLER_SO)
+
+$(SAMPLER_SO): sidecar/sdb_sidecar/_sampler.pyx sidecar/sdb_sidecar/_sampler_util.h gem/ext/sdb/sdb_registry.h setup.py
+	$(PY) setup.py -q build_ext --inplace 2>&1 | grep -vE "SetuptoolsDeprecationWarning|^\s*!!|^\s*\*+|Please use|By 20|See https|^$$" || true
+	@test -f $@
+
+# The gem, built and installed into a project-local GEM_HOME the way a user's `gem install` would.
+$(STAMPS)/gem-$(RUBY_VERSION): $(GEM_SOURCES) Rakefile $(STAMPS)/machine
+	@mkdir -p $(STAMPS)
+	RUBY=$(RUBY) rake -f Rakefile compile gem install GEM_HOME=$(GEM_HOME_DIR) >/dev/null
+	@touch $@
+
+demo: setup
+	$(PY) examples/demo.py --ruby $(RUBY) --gem-home $(GEM_HOME_DIR)
+
+test: setup
+	RUBY=$(RUBY) rake -f Rakefile test
+	SDB_RUBY=$(RUBY) SDB_GEM_HOME=$(GEM_HOME_DIR) $(PY) -m pytest -q tests
+
+bench: setup
+	$(PY) benchmarks/run.py --ruby $(RUBY) --gem-home $(GEM_HOME_DIR)
+
+clean:
+	rm -rf $(BUILD) pkg sidecar/sdb_sidecar/_sampler.c sidecar/sdb_sidecar/*.so gem/lib/sdb/sdb_ext.so
