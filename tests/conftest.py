@@ -1,0 +1,367 @@
+"""Shared fixtures for the sdb test suite.
+
+Targets are real Ruby programs (tests/programs/*.rb) run the way a user runs them: the
+installed gem in a project-local GEM_HOME (SDB_RUBY / SDB_GEM_HOME, as `make test` sets them;
+defaults computed from the repo when unset). The sidecar and the symbolizer run as
+subprocesses of this very Python (`-m sdb_sidecar.cli`, `-m sdb_symbolize.cli`); traces are
+read with sdb_trace, the one reader of the format.
+
+Nothing is left behind: every started process is SIGKILLed and reaped at teardown, and its
+/dev/shm/sdb-<pid> (left by a SIGKILL, or faked by a test) is removed.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+from sdb_trace import KIND_RUBY, TraceReader, iter_samples, load_tables
+
+REPO = Path(__file__).resolve().parent.parent
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+SDB_RUBY = os.environ.get("SDB_RUBY") or "/usr/bin/ruby"
+
+
+def _ruby_version(ruby: str) -> str:
+    return subprocess.run([ruby, "-e", "print RUBY_VERSION"], check=True, capture_output=True,
+                          text=True, timeout=30).stdout.strip()
+
+
+SDB_GEM_HOME = os.environ.get("SDB_GEM_HOME") or str(REPO / "build" / "gem-home" / _ruby_version(SDB_RUBY))
+
+REGISTRY_PREFIX = "/dev/shm/sdb-"
+READY_TIMEOUT_S = 20.0
+
+
+def registry_path(pid: int) -> str:
+    return f"{REGISTRY_PREFIX}{pid}"
+
+
+# ------------------------------------------------------------------ Ruby targets
+class RubyTarget:
+    """A running Ruby program. stdout is read line by line by a background thread."""
+
+    def __init__(self, proc: subprocess.Popen, program: str, stderr_path: Path):
+        self.proc = proc
+        self.pid = proc.pid
+        self.program = program
+        self.stderr_path = stderr_path
+        self.lines: "queue.Queue[Optional[str]]" = queue.Queue()
+        self.ready_line: Optional[str] = None
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    @property
+    def registry(self) -> str:
+        return registry_path(self.pid)
+
+    def stderr(self) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def wait_for_line(self, prefix: str, timeout: float = READY_TIMEOUT_S) -> str:
+        """The first stdout line starting with `prefix`; fails clearly on timeout or exit."""
+        deadline = time.monotonic() + timeout
+        seen = []
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                pytest.fail(f"{self.program} (pid {self.pid}) printed no {prefix!r} line within {timeout:.0f} s; "
+                            f"stdout so far: {seen!r}; stderr: {self.stderr()!r}")
+            try:
+                line = self.lines.get(timeout=min(left, 0.2))
+            except queue.Empty:
+                continue
+            if line is None:
+                rc = self.proc.wait()
+                pytest.fail(f"{self.program} (pid {self.pid}) exited with {rc} before printing {prefix!r}; "
+                            f"stdout: {seen!r}; stderr: {self.stderr()!r}")
+            seen.append(line)
+            if line.startswith(prefix):
+                return line
+
+    def send(self, text: str) -> None:
+        self.proc.stdin.write(text)
+        self.proc.stdin.flush()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def cleanup(self) -> None:
+        self.kill()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                if stream:
+                    stream.close()
+            except OSError:
+                pass
+        # a SIGKILLed Ruby cannot unlink its registry (and some tests fake one): remove it
+        try:
+            os.unlink(self.registry)
+        except FileNotFoundError:
+            pass
+
+
+def ruby_env(with_gem: bool = True, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SDB_", "RUBY", "GEM_"))}
+    if with_gem:
+        env["GEM_HOME"] = SDB_GEM_HOME
+        env["GEM_PATH"] = SDB_GEM_HOME
+    env.update(extra or {})
+    return env
+
+
+@pytest.fixture
+def ruby_target(tmp_path):
+    """Factory: ruby_target("eight_threads.rb", *args) starts the program, waits for its
+    "ready" line (stored as .ready_line) and returns a RubyTarget. Killed at teardown."""
+    started: List[RubyTarget] = []
+
+    def start(program: str, *args: str, ready: Optional[str] = "ready", env: Optional[Dict[str, str]] = None,
+              with_gem: bool = True, timeout: float = READY_TIMEOUT_S) -> RubyTarget:
+        path = PROGRAMS / program
+        assert path.is_file(), f"no such target program: {path}"
+        stderr_path = tmp_path / f"{path.stem}-{len(started)}.stderr"
+        with open(stderr_path, "w") as err:
+            proc = subprocess.Popen([SDB_RUBY, str(path), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=err, text=True, cwd=str(tmp_path), env=ruby_env(with_gem, env))
+        target = RubyTarget(proc, program, stderr_path)
+        started.append(target)
+        if ready is not None:
+            target.ready_line = target.wait_for_line(ready, timeout)
+        return target
+
+    yield start
+    for t in started:
+        t.cleanup()
+
+
+@pytest.fixture
+def other_process():
+    """Factory: other_process(["sleep", "30"]) starts any command; killed at teardown."""
+    procs: List[subprocess.Popen] = []
+
+    def start(argv: List[str]) -> subprocess.Popen:
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=10)
+        try:
+            os.unlink(registry_path(p.pid))
+        except FileNotFoundError:
+            pass
+
+
+# ------------------------------------------------------------------ sidecar / symbolizer
+SIDECAR = [sys.executable, "-m", "sdb_sidecar.cli"]
+SYMBOLIZE = [sys.executable, "-m", "sdb_symbolize.cli"]
+
+
+def run_sidecar(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*SIDECAR, *args], capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
+
+
+def run_symbolize(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*SYMBOLIZE, *args], capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
+
+
+@pytest.fixture
+def sidecar_process():
+    """Factory: start `sdb-sidecar ARGS` in the background (Popen); killed at teardown."""
+    procs: List[subprocess.Popen] = []
+
+    def start(*args: str, prefix: Optional[List[str]] = None) -> subprocess.Popen:
+        p = subprocess.Popen([*(prefix or []), *SIDECAR, *args], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        try:
+            p.communicate(timeout=10)
+        except (subprocess.TimeoutExpired, ValueError):
+            pass
+
+
+def stderr_lines(text: str) -> List[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def assert_one_error_line(result: subprocess.CompletedProcess, prog: str) -> str:
+    lines = stderr_lines(result.stderr)
+    assert len(lines) == 1, f"expected exactly one stderr line, got {lines!r}"
+    assert lines[0].startswith(f"{prog}: error:"), lines[0]
+    return lines[0]
+
+
+# ------------------------------------------------------------------ traces
+@dataclass
+class Trace:
+    """A trace read through sdb_trace: every record, plus resolved per-thread samples."""
+    path: str
+    header: dict
+    records: List[dict]
+    end: Optional[dict]
+    threads: Dict[int, dict]               # serial -> latest thread record (load_tables)
+    thread_names: Dict[int, List[str]]     # serial -> every name seen
+    thread_ends: Dict[int, dict]           # serial -> thread_end record
+    samples: List[tuple] = field(default_factory=list)  # (t_ns, serial, stack_id, state)
+    stack_labels: List[List[Optional[str]]] = field(default_factory=list)  # per stack id, innermost first
+
+    def serial_named(self, name: str) -> int:
+        found = [s for s, names in self.thread_names.items() if name in names]
+        assert found, f"no thread record named {name!r}; names: {self.thread_names}"
+        assert len(found) == 1, f"several threads named {name!r}: {found}"
+        return found[0]
+
+    def samples_of(self, serial: int) -> List[tuple]:
+        return [s for s in self.samples if s[1] == serial]
+
+    def labels_of(self, sample: tuple) -> List[Optional[str]]:
+        return self.stack_labels[sample[2]]
+
+
+def read_trace(path) -> Trace:
+    path = str(path)
+    with TraceReader(path) as r:
+        header = r.header
+        records = list(r.records())
+    tables = load_tables(path)
+    assert tables.error is None, f"{path}: {tables.error}"
+    names: Dict[int, List[str]] = {}
+    ends: Dict[int, dict] = {}
+    for rec in records:
+        if rec["t"] == "thread":
+            names.setdefault(rec["serial"], []).append(rec["name"])
+        elif rec["t"] == "thread_end":
+            ends[rec["serial"]] = rec
+    samples: List[tuple] = []
+
+    def on_batch(base, dts, threads, stacks, states):
+        for dt, th, sid, st in zip(dts, threads, stacks, states):
+            samples.append((base + dt, th, sid, st))
+
+    iter_samples(path, on_batch)
+    labels = []
+    for stack in tables.stacks:
+        row = []
+        for fid in stack:
+            if tables.frame_kind[fid] == KIND_RUBY:
+                sym = tables.symbol_at(tables.iseqs, tables.frame_iseq[fid], 0)
+                row.append(sym.label if sym else None)
+            else:
+                row.append(None)
+        labels.append(row)
+    return Trace(path, header, records, tables.end, tables.threads, names, ends, samples, labels)
+
+
+# ------------------------------------------------------------------ registry
+HEADER_FORMAT = "<8sIIIIIIII"   # magic, version, header_size, slot_size, slot_count, slots_offset, pid, status, reserved0
+SLOT_FORMAT = "<QIIQ"           # gen, live, native_tid, serial (the slot's first 24 bytes)
+
+
+def read_registry(path: str) -> dict:
+    """The registry header and every slot's (gen, live, native_tid, serial, name), located with the
+    header's own slots_offset and slot_size (docs/registry-format.md)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (magic, version, header_size, slot_size, slot_count, slots_offset, pid, status,
+     _r) = struct.unpack_from(HEADER_FORMAT, data, 0)
+    slots = []
+    for i in range(slot_count):
+        off = slots_offset + i * slot_size
+        gen, live, tid, serial = struct.unpack_from(SLOT_FORMAT, data, off)
+        name = data[off + 64:off + 128].split(b"\0", 1)[0].decode(errors="replace")
+        slots.append({"index": i, "gen": gen, "live": live, "native_tid": tid, "serial": serial, "name": name})
+    return {"magic": magic, "version": version, "header_size": header_size, "slot_size": slot_size,
+            "slot_count": slot_count, "slots_offset": slots_offset, "pid": pid, "status": status,
+            "size": len(data), "slots": slots}
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.02, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def samples_so_far(path) -> int:
+    """Samples in a trace that is still being written (0 if it cannot be read yet)."""
+    from sdb_trace import TraceError
+    try:
+        with TraceReader(str(path)) as r:
+            n = 0
+            try:
+                for rec in r.records():
+                    if rec["t"] == "samples":
+                        n += len(rec["stack"])
+            except TraceError:
+                pass
+            return n
+    except (TraceError, OSError):
+        return 0
+
+
+def ready_info(target: RubyTarget) -> dict:
+    """The JSON a program printed after "ready "."""
+    import json
+    return json.loads(target.ready_line.split(" ", 1)[1])
+
+
+def record_program(tmp_dir: Path, program: str, duration_s: float = 1.0, rate_hz: int = 1000) -> Path:
+    """Start `program`, record it with `sdb-sidecar attach` for duration_s, kill it; the trace's path.
+    For module-scoped fixtures (which cannot use the function-scoped factories)."""
+    out = tmp_dir / "trace.msgpack"
+    stderr_path = tmp_dir / f"{Path(program).stem}.stderr"
+    with open(stderr_path, "w") as err:
+        proc = subprocess.Popen([SDB_RUBY, str(PROGRAMS / program)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=err, text=True, cwd=str(tmp_dir), env=ruby_env())
+    target = RubyTarget(proc, program, stderr_path)
+    try:
+        target.ready_line = target.wait_for_line("ready")
+        result = run_sidecar("attach", "--pid", str(target.pid), "-r", str(rate_hz), "-d", str(duration_s),
+                             "-o", str(out), "--quiet")
+        assert result.returncode == 0, result.stderr
+    finally:
+        target.cleanup()
+    return out

@@ -1,0 +1,85 @@
+"""`sdb-sidecar snapshot --json`: every thread's current stack, as Ruby itself would report it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import PROGRAMS, ready_info, run_sidecar
+
+
+@pytest.fixture
+def parked(ruby_target, tmp_path):
+    """parked.rb with its parker thread's own backtrace_locations written to a file."""
+    bt_file = tmp_path / "backtrace.json"
+    target = ruby_target("parked.rb", str(bt_file))
+    info = ready_info(target)
+    result = run_sidecar("snapshot", "--pid", str(target.pid), "--json")
+    assert result.returncode == 0, result.stderr
+    snap = json.loads(result.stdout)
+    return {"target": target, "info": info, "snap": snap, "backtrace": json.loads(bt_file.read_text())}
+
+
+def thread_named(snap: dict, name: str) -> dict:
+    found = [t for t in snap["threads"] if t["name"] == name]
+    assert len(found) == 1, f"threads named {name!r}: {found}; all: {[t['name'] for t in snap['threads']]}"
+    return found[0]
+
+
+def test_snapshot_lists_every_thread_with_name_and_native_id(parked):
+    snap, info = parked["snap"], parked["info"]
+    assert snap["pid"] == parked["target"].pid
+    assert isinstance(snap["ruby"], str) and snap["ruby"]
+    names = sorted(t["name"] for t in snap["threads"])
+    assert names == ["parked_main", "parker", "worker"]
+    assert thread_named(snap, "parker")["native_id"] == info["parker_tid"]
+    assert thread_named(snap, "worker")["native_id"] == info["worker_tid"]
+    assert thread_named(snap, "parked_main")["native_id"] == parked["target"].pid
+    for t in snap["threads"]:
+        assert isinstance(t["serial"], int) and t["serial"] > 0
+
+
+def test_parked_thread_shows_park_here_at_the_line_of_its_sleep(parked):
+    info = parked["info"]
+    source = (PROGRAMS / "parked.rb").read_text().splitlines()
+    # the program's PARK_LINE is the `sleep` inside `def park_here`
+    assert source[info["park_line"] - 1].strip() == "sleep"
+    assert source[info["park_line"] - 3].strip().startswith("def park_here")
+    frames = thread_named(parked["snap"], "parker")["frames"]
+    park = [f for f in frames if f["label"] == "park_here"]
+    assert len(park) == 1, frames
+    assert park[0]["path"] == str(PROGRAMS / "parked.rb") == info["path"]
+    assert park[0]["line"] == info["park_line"]
+    # innermost first: the `sleep` call, then park_here, then its caller
+    assert frames[0]["label"] == "sleep", frames
+    assert frames[1]["label"] == "park_here", frames
+    assert frames[2]["label"] == "block in <main>", frames
+
+
+def test_parked_thread_frames_match_rubys_own_backtrace_locations(parked):
+    # GIVEN what Thread#backtrace_locations said about the parked thread
+    ruby = parked["backtrace"]
+    frames = thread_named(parked["snap"], "parker")["frames"]
+    # THEN the snapshot has the same frames in the same order: path and line of every frame,
+    # label of every Ruby frame (C functions may still be unnamed)
+    assert len(frames) == len(ruby), f"snapshot {frames}\nruby {ruby}"
+    for i, (got, want) in enumerate(zip(frames, ruby)):
+        assert (got["path"], got["line"]) == (want["path"], want["line"]), f"frame {i}: {got} vs {want}"
+        if not got.get("cfunc"):
+            assert got["label"] == want["label"], f"frame {i}: {got} vs {want}"
+
+
+def test_busy_thread_snapshot_shows_its_loop(parked):
+    frames = thread_named(parked["snap"], "worker")["frames"]
+    labels = [f["label"] for f in frames]
+    assert "work_loop" in labels, labels
+    # whatever it is doing, its outermost frames are the thread's block and the gem's wrapper
+    assert labels[-1] == "block in wrap" and labels[-2] == "block in <main>", labels
+
+
+def test_snapshot_text_names_each_thread(ruby_target):
+    target = ruby_target("parked.rb")
+    result = run_sidecar("snapshot", "--pid", str(target.pid))
+    assert result.returncode == 0, result.stderr
+    assert 'Thread "parker"' in result.stdout
+    assert "park_here" in result.stdout
