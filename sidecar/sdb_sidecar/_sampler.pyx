@@ -405,7 +405,7 @@ cdef class Sampler:
     cdef iovec *liov
     cdef iovec *riov
     # counters (read by stats())
-    cdef readonly uint64_t ticks, late, total_samples, torn, retried, errors, busy, threads_seen
+    cdef readonly uint64_t ticks, late, missed, total_samples, torn, retried, errors, busy, threads_seen
     cdef readonly uint64_t start_ns, last_tick_ns
     cdef readonly uint64_t read_ns_total   # time spent reading stacks (for the benchmark)
 
@@ -978,24 +978,25 @@ cdef class Sampler:
             limit = start + <uint64_t>(duration_s * 1e9) if duration_s > 0 else 0
             k = 0
             while not sdb_load_flag(&self.stop_flag):
+                # tick k is due at start + k*period, moved by up to +-5% against lock-step
+                jitter = sdb_xorshift(&self.rng) % (2 * self.jitter_ns + 1) if self.jitter_ns and k else self.jitter_ns
+                deadline = start + k * self.period_ns + jitter - self.jitter_ns
+                sdb_sleep_until(deadline)
                 now = sdb_now_ns()
                 if limit and now >= limit:
                     rc = -1
                     break
+                if now > deadline + self.period_ns // 2:
+                    self.late += 1
                 rc = self.tick(now)
                 if rc == R_FATAL:
                     break
                 k += 1
-                # absolute schedule with jitter; never bunch: skip ticks already missed
-                jitter = sdb_xorshift(&self.rng) % (2 * self.jitter_ns + 1) if self.jitter_ns else 0
-                deadline = start + k * self.period_ns + jitter - self.jitter_ns
+                # never bunch: ticks whose time is already more than half a period past are skipped
                 now = sdb_now_ns()
-                if now > deadline + self.period_ns // 2:
-                    while start + k * self.period_ns + self.period_ns // 2 < now:
-                        k += 1
-                        self.late += 1
-                    deadline = start + k * self.period_ns
-                sdb_sleep_until(deadline)
+                while start + k * self.period_ns + self.period_ns // 2 < now:
+                    k += 1
+                    self.missed += 1
         if rc == -1:
             why = "duration"
         elif rc == R_FATAL:
@@ -1097,7 +1098,7 @@ cdef class Sampler:
         return out
 
     def stats(self):
-        return {"ticks": self.ticks, "late": self.late, "samples": self.total_samples, "torn": self.torn,
+        return {"ticks": self.ticks, "late": self.late, "missed": self.missed, "samples": self.total_samples, "torn": self.torn,
                 "retried": self.retried, "errors": self.errors, "threads": self.threads_seen,
                 "start_ns": self.start_ns, "last_tick_ns": self.last_tick_ns,
                 "read_ns_total": self.read_ns_total}

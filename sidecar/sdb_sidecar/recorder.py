@@ -126,7 +126,7 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
     elif why == "stopped" or why == "target-exited":
         why = "target-exited" if not _alive(target.pid) else why
     counts = {"at_ns": _sampler.monotonic_ns(), "reason": why, "ticks": stats["ticks"], "late": stats["late"],
-              "samples": stats["samples"], "torn": stats["torn"], "retried": stats["retried"],
+              "missed": stats["missed"], "samples": stats["samples"], "torn": stats["torn"], "retried": stats["retried"],
               "errors": stats["errors"], "threads": stats["threads"], "symbol_errors": drainer.symbol_errors}
     writer.end(**counts)
     out.close()
@@ -167,7 +167,8 @@ class StatusLine:
         rate = (st["ticks"] - 1) / elapsed if elapsed else 0.0
         reads = st["samples"] + st["torn"]
         torn = 100.0 * st["torn"] / reads if reads else 0.0
-        late = 100.0 * st["late"] / (st["ticks"] + st["late"]) if st["ticks"] else 0.0
+        due = st["ticks"] + st["missed"]
+        late = 100.0 * (st["late"] + st["missed"]) / due if due else 0.0
         return (f"sdb: {st['threads']} threads, {st['samples']} samples, {rate:.0f} Hz "
                 f"(asked {self.rate_hz:.0f}), torn {torn:.2f}%, late {late:.2f}%")
 

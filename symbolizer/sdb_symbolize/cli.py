@@ -68,12 +68,10 @@ def run(args) -> int:
 
     def on_batch(base, dts, threads, stacks, states):
         for dt, th, sid, st in zip(dts, threads, stacks, states):
-            if sid >= len(tables.stacks):
-                return
             label = labels.get(th) or thread_label(None, th)
             reporter.add(label, resolver.stack(sid, base + dt), st, base + dt, 1)
 
-    iter_samples(args.trace, on_batch)
+    iter_samples(args.trace, on_batch, limit=tables.good_sample_records)
     try:
         out = sys.stdout if args.output == "-" else open(args.output, "wb" if reporter.binary else "w")
     except OSError as e:

@@ -150,20 +150,20 @@ class TraceReader:
 
     def _next(self):
         """The next object, None at a clean end of file; raises Truncated/Corrupt."""
+        start = self._unpacker.tell()  # where this record starts (tell() moves inside a partial one)
         while True:
-            offset = self._unpacker.tell()
             try:
                 return self._unpacker.unpack()
             except msgpack.OutOfData:
                 chunk = self._f.read(_CHUNK)
                 if not chunk:
-                    if self._unpacker.tell() < self.size:
-                        raise Truncated(f"{self.path}: truncated at byte {offset} "
+                    if start < self.size:
+                        raise Truncated(f"{self.path}: truncated at byte {start} "
                                         f"(the file ends inside a record)") from None
                     return None
                 self._unpacker.feed(chunk)
             except (msgpack.FormatError, msgpack.StackError, ValueError, TypeError) as e:
-                raise Corrupt(f"{self.path}: corrupt at byte {offset} ({e})") from None
+                raise Corrupt(f"{self.path}: corrupt at byte {start} ({e})") from None
 
     def records(self) -> Iterator[dict]:
         while True:
@@ -205,6 +205,7 @@ class Tables:
     cfuncs: Dict[int, List[Symbol]] = field(default_factory=dict)
     end: Optional[dict] = None
     sample_count: int = 0
+    good_sample_records: int = 0
     error: Optional[TraceError] = None  # a Truncated/Corrupt met after the good records
 
     def symbol_at(self, table: Dict[int, List[Symbol]], addr: int, t: int) -> Optional[Symbol]:
@@ -230,24 +231,53 @@ def _check_ids(reader: TraceReader, rec: dict, expected: int, what: str) -> None
                       f"expected {expected})")
 
 
+_FRAME_COLUMNS = ("kind", "iseq", "pc", "me")
+_SAMPLE_COLUMNS = ("dt_ns", "thread", "stack", "state")
+
+
+def _check_samples(reader: TraceReader, rec: dict, nstacks: int) -> int:
+    """Validates a samples record against the stacks defined so far; returns its sample count."""
+    cols = [rec.get(c) for c in _SAMPLE_COLUMNS]
+    if not isinstance(rec.get("base_ns"), int) or not all(isinstance(c, list) for c in cols):
+        raise Corrupt(f"{reader.path}: corrupt samples record (a column is missing)")
+    n = len(cols[0])
+    if any(len(c) != n for c in cols):
+        raise Corrupt(f"{reader.path}: corrupt samples record (columns of different lengths)")
+    if n and (max(cols[2]) >= nstacks or min(cols[2]) < 0):
+        raise Corrupt(f"{reader.path}: corrupt samples record (names a stack that is not defined)")
+    return n
+
+
 def load_tables(path: str) -> Tables:
-    """First pass: threads, frames, stacks and symbols; counts samples."""
+    """First pass: threads, frames, stacks and symbols; counts and checks the samples.
+    A damaged record ends the pass: `error` says what, and `good_sample_records` how many
+    sample records before it are sound (iter_samples stops there too)."""
     with TraceReader(path) as reader:
         tables = Tables(header=reader.header)
         try:
             for rec in reader.records():
                 t = rec["t"]
                 if t == "samples":
-                    tables.sample_count += len(rec.get("stack", ()))
+                    tables.sample_count += _check_samples(reader, rec, len(tables.stacks))
+                    tables.good_sample_records += 1
                 elif t == "frames":
                     _check_ids(reader, rec, len(tables.frame_kind), "frames")
+                    cols = [rec.get(c) for c in _FRAME_COLUMNS]
+                    if not all(isinstance(c, list) and len(c) == len(cols[0]) for c in cols):
+                        raise Corrupt(f"{path}: corrupt frames record (columns missing or of different lengths)")
                     tables.frame_kind.extend(rec["kind"])
                     tables.frame_iseq.extend(rec["iseq"])
                     tables.frame_pc.extend(rec["pc"])
                     tables.frame_me.extend(rec["me"])
-                    tables.frame_line.extend(rec.get("line") or [0] * len(rec["kind"]))
+                    line = rec.get("line")
+                    tables.frame_line.extend(line if isinstance(line, list) and len(line) == len(cols[0])
+                                             else [0] * len(cols[0]))
                 elif t == "stacks":
                     _check_ids(reader, rec, len(tables.stacks), "stacks")
+                    nframes = len(tables.frame_kind)
+                    for st in rec["stacks"]:
+                        if not isinstance(st, list) or any(not isinstance(f, int) or f < 0 or f >= nframes for f in st):
+                            raise Corrupt(f"{path}: corrupt stacks record (names a frame that is not defined)")
                     tables.stacks.extend(rec["stacks"])
                 elif t == "thread":
                     prev = tables.threads.get(rec["serial"])
@@ -269,7 +299,7 @@ def load_tables(path: str) -> Tables:
                     tables.end = rec
         except (Truncated, Corrupt) as e:
             tables.error = e
-        except (KeyError, TypeError) as e:
+        except (KeyError, TypeError, AttributeError) as e:
             tables.error = Corrupt(f"{path}: corrupt record ({e!r})")
     return tables
 
@@ -281,13 +311,19 @@ def _insert_symbol(table: Dict[int, List[Symbol]], addr: int, sym: Symbol) -> No
         lst.sort(key=lambda s: s.at_ns)
 
 
-def iter_samples(path: str, on_batch: Callable[[int, List[int], List[int], List[int], List[int]], None]) -> None:
+def iter_samples(path: str, on_batch: Callable[[int, List[int], List[int], List[int], List[int]], None],
+                 limit: Optional[int] = None) -> None:
     """Second pass: calls on_batch(base_ns, dt_ns, thread, stack, state) for each batch, in order.
-    Stops quietly at the first unreadable record (load_tables has reported it)."""
+    `limit`: how many sample records to hand over (Tables.good_sample_records: the ones the
+    first pass found sound); stops quietly at the first unreadable record."""
+    n = 0
     with TraceReader(path) as reader:
         try:
             for rec in reader.records():
                 if rec["t"] == "samples":
+                    if limit is not None and n >= limit:
+                        return
+                    n += 1
                     on_batch(rec["base_ns"], rec["dt_ns"], rec["thread"], rec["stack"], rec["state"])
         except (Truncated, Corrupt):
             return

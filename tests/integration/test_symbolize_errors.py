@@ -69,20 +69,15 @@ def cut_points(data: bytes, spans):
         "inside-base_ns-of-middle-samples": inside_value(data, middle, b"base_ns", 4),
         "inside-thread-name-string": inside_value(data, thread, b"name", 2),
         "inside-end-reason-string": inside_value(data, end, b"reason", 3),
-        # right after a complete msgpack object inside a record (see the xfail reason)
+        # right after a complete msgpack object inside a record (msgpack's tell() has moved past it)
         "one-byte-into-a-samples-record": middle[0] + 1,
         "last-byte-of-a-samples-record-missing": middle[1] - 1,
     }
 
 
-TELL_BUG = ("product bug (sdb_trace.TraceReader._next): a file ending right after a complete msgpack object "
-            "inside a record is read as a clean end (exit 0, 'cut short') instead of Truncated, because "
-            "msgpack's Unpacker.tell() has already advanced past the partial record")
 CUTS = ["inside-base_ns-of-first-samples", "inside-base_ns-of-middle-samples", "inside-thread-name-string",
         "inside-end-reason-string",
-        pytest.param("one-byte-into-a-samples-record", marks=pytest.mark.xfail(reason=TELL_BUG, strict=True)),
-        pytest.param("last-byte-of-a-samples-record-missing",
-                     marks=pytest.mark.xfail(reason=TELL_BUG, strict=True))]
+        "one-byte-into-a-samples-record", "last-byte-of-a-samples-record-missing"]
 
 
 def test_complete_trace_symbolizes_with_exit_0_and_no_stderr(real_trace, tmp_path):
@@ -120,10 +115,7 @@ def test_truncated_trace_exits_22_with_one_line_and_keeps_samples_before_the_cut
 
 @pytest.mark.parametrize("where", [
     "inside-the-magic-string",
-    pytest.param("right-after-the-header-map-byte", marks=pytest.mark.xfail(
-        reason="product bug (sdb_trace.TraceReader._next, msgpack tell()): a file holding only the first "
-               "complete objects of a header is reported as 'not an sdb trace' (20), not truncated (22)",
-        strict=True)),
+    "right-after-the-header-map-byte",
 ])
 def test_trace_cut_inside_its_header_exits_22(real_trace, tmp_path, where):
     data = real_trace["data"]
@@ -251,8 +243,6 @@ def write_trace_with(path, stacks, sample_stacks, samples_record=None):
         w.end(ticks=2, samples=2, torn=0, reason="duration")
 
 
-@pytest.mark.xfail(reason="product bug: a stack naming an undefined frame id crashes sdb-symbolize with an "
-                          "IndexError traceback (exit 1) instead of 'corrupt at byte N' (exit 23)", strict=True)
 def test_stack_naming_an_undefined_frame_is_corrupt_exit_23(tmp_path):
     path = tmp_path / "t.msgpack"
     write_trace_with(path, stacks=[[0, 5]], sample_stacks=[0, 0])
@@ -261,8 +251,6 @@ def test_stack_naming_an_undefined_frame_is_corrupt_exit_23(tmp_path):
     assert_one_error_line(result, "sdb-symbolize")
 
 
-@pytest.mark.xfail(reason="product bug: samples naming an undefined stack id are silently dropped with exit 0 "
-                          "and no message; docs/trace-format.md calls that corrupt (exit 23)", strict=True)
 def test_samples_naming_an_undefined_stack_are_corrupt_exit_23(tmp_path):
     path = tmp_path / "t.msgpack"
     write_trace_with(path, stacks=[[0]], sample_stacks=[0, 7])
@@ -271,8 +259,6 @@ def test_samples_naming_an_undefined_stack_are_corrupt_exit_23(tmp_path):
     assert_one_error_line(result, "sdb-symbolize")
 
 
-@pytest.mark.xfail(reason="product bug: a samples record without its 'state' column crashes sdb-symbolize "
-                          "with a KeyError traceback (exit 1) instead of one 'corrupt' line (exit 23)", strict=True)
 def test_samples_record_missing_a_column_is_corrupt_exit_23(tmp_path):
     path = tmp_path / "t.msgpack"
     write_trace_with(path, stacks=[[0]], sample_stacks=[],

@@ -146,10 +146,6 @@ def test_empty_file_is_not_a_trace(tmp_path):
         TraceReader(str(path))
 
 
-@pytest.mark.xfail(reason="product bug (sdb_trace.TraceReader._next): after msgpack.OutOfData it compares "
-                          "Unpacker.tell() with the file size, but tell() has already advanced past the complete "
-                          "objects of the partial record, so a cut right after one of them reads as a clean end "
-                          "(or NotATrace inside the header)", strict=True)
 def test_every_truncation_of_a_small_trace_reads_fine_or_raises_truncated(tmp_path, mem_trace):
     # GIVEN a small trace cut at every byte offset (the empty file aside)
     data = write_small_trace(tmp_path / "full.msgpack")
