@@ -1,0 +1,51 @@
+"""Run the sdb recording benchmarks; write benchmarks/results/<name>.json and print Markdown tables.
+
+  benchmarks/run.py --ruby /usr/bin/ruby --gem-home build/gem-home/3.1.2            # all, full (~10 min)
+  benchmarks/run.py ... --quick                                                   # smoke (< 1 min)
+  benchmarks/run.py ... --only sample_cost|sidecar_cpu|busy_pace [--rounds N]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import busy_pace  # noqa: E402
+import common  # noqa: E402
+import sample_cost  # noqa: E402
+import sidecar_cpu  # noqa: E402
+
+BENCHMARKS = {m.NAME: m for m in (sample_cost, sidecar_cpu, busy_pace)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ruby", default="/usr/bin/ruby")
+    ap.add_argument("--gem-home", required=True, help="GEM_HOME with the sdb gem installed (make setup)")
+    ap.add_argument("--quick", action="store_true", help="short smoke run (< 1 min), 1 round each")
+    ap.add_argument("--only", choices=sorted(BENCHMARKS), action="append", help="run only this one (repeatable)")
+    ap.add_argument("--rounds", type=int, default=0, help="rounds per configuration (default: per benchmark)")
+    cfg = ap.parse_args()
+    cfg.gem_home = os.path.abspath(cfg.gem_home)
+    names = cfg.only or list(BENCHMARKS)
+    m = common.machine(cfg)
+    print(f"# sdb benchmarks{' (quick)' if cfg.quick else ''}\n\n"
+          f"{m['cpu']}, {m['cores']} cores, kernel {m['kernel']}, {m['ruby']}, {m['date']}; "
+          f"commit {common.git_commit()}; {m['pinning']}\n", flush=True)
+    out = []
+    for name in names:
+        t0 = time.monotonic()
+        print(f"## {name}", file=sys.stderr, flush=True)
+        md = BENCHMARKS[name].run(cfg)
+        out.append(md)
+        print(f"  ({name}: {time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+    print("\n".join(out))
+    print(f"results: {os.path.relpath(common.RESULTS)}/" + ", ".join(f"{n}{'-quick' if cfg.quick else ''}.json" for n in names))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

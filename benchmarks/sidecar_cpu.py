@@ -1,0 +1,115 @@
+"""sidecar_cpu: CPU used by the real `sdb-sidecar attach` CLI recording at 1 kHz.
+
+Target: programs/stacks.rb in mixed mode, 8 threads each doing ~5 ms of busy
+method calls then ~5 ms of sleep at a depth of 30..50 frames, unwinding and
+recursing again (stacks keep changing). The sidecar runs as a subprocess for
+DURATION s, pinned to another core than the target. Two numbers:
+  total   (user+sys from wait4 rusage) / wall time from spawn to exit: what a
+          user pays, Python start-up, trace writing and closing included;
+  steady  on-CPU time of the sidecar's threads (/proc/<pid>/task/*/schedstat)
+          over the middle of the run (from 2 s after spawn to 0.3 s before the
+          end): the recurring cost, split into the sampler thread (nogil tick
+          loop) and the Python thread (drain every 100 ms, trace writing).
+The achieved rate, samples, torn and late ticks come from the trace's end record.
+Rates (1 kHz, and 100 Hz for comparison) are interleaved round by round."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import common
+from common import fmt, summary
+
+NAME = "sidecar_cpu"
+TARGET_PCT = 3.0
+
+
+def trace_stats(path: str) -> dict:
+    from sdb_trace import TraceReader
+    lengths, frames, samples = {}, 0, 0
+    with TraceReader(path) as r:
+        for rec in r.records():
+            if rec["t"] == "stacks":
+                for i, st in enumerate(rec["stacks"]):
+                    lengths[rec["first_id"] + i] = len(st)
+            elif rec["t"] == "samples":
+                frames += sum(lengths.get(s, 0) for s in rec["stack"])
+                samples += len(rec["stack"])
+        end = r.end or {}
+    return {"end": end, "frames_per_sample": frames / samples if samples else 0.0, "size": os.path.getsize(path)}
+
+
+def one(cfg, rate: float, duration: float, threads: int, depth: int, tmp: str) -> dict:
+    out = os.path.join(tmp, f"trace-{rate:g}.msgpack")
+    with common.ruby_target(cfg, "stacks.rb", threads, depth, "mixed") as target:
+        cmd = common.taskset(common.SAMPLER_CPU) + [
+            os.path.join(common.BIN, "sdb-sidecar"), "attach", "--pid", str(target.pid), "--rate", str(rate),
+            "--duration", str(duration), "-o", out, "--quiet"]
+        t0 = time.monotonic()
+        sc = subprocess.Popen(cmd)
+        time.sleep(2.0)
+        a, ta = common.proc_cpu_ns(sc.pid), time.monotonic()
+        time.sleep(max(0.5, t0 + duration - 0.3 - time.monotonic()))
+        b, tb = common.proc_cpu_ns(sc.pid), time.monotonic()
+        _, status, ru = os.wait4(sc.pid, 0)
+        wall = time.monotonic() - t0
+        sc.returncode = os.waitstatus_to_exitcode(status)
+    if sc.returncode != 0:
+        raise RuntimeError(f"sdb-sidecar exited with {sc.returncode}")
+    win = tb - ta
+    sampler_ns = sum(b[t] - a.get(t, 0) for t in b if t != sc.pid)
+    python_ns = b.get(sc.pid, 0) - a.get(sc.pid, 0)
+    ts = trace_stats(out)
+    e = ts["end"]
+    os.unlink(out)
+    return {"total_pct": 100.0 * (ru.ru_utime + ru.ru_stime) / wall, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
+            "wall_s": wall, "steady_pct": 100.0 * (sampler_ns + python_ns) / (win * 1e9),
+            "sampler_pct": 100.0 * sampler_ns / (win * 1e9), "python_pct": 100.0 * python_ns / (win * 1e9),
+            "rate_hz": e.get("ticks", 0) / duration, "samples": e.get("samples", 0), "ticks": e.get("ticks", 0),
+            "torn": e.get("torn", 0), "late": e.get("late", 0) + e.get("missed", 0),
+            "frames": ts["frames_per_sample"], "trace_bytes": ts["size"], "reason": e.get("reason")}
+
+
+def run(cfg) -> str:
+    common.pin_self()
+    threads, depth = 8, 30
+    rates = [1000.0] if cfg.quick else [1000.0, 100.0]
+    rounds = 1 if cfg.quick else cfg.rounds or 3
+    duration = 5.0 if cfg.quick else 15.0
+    raw = {r: [] for r in rates}
+    with tempfile.TemporaryDirectory(prefix="sdb-bench-") as tmp:
+        for i in range(rounds):
+            for rate in rates:
+                res = one(cfg, rate, duration, threads, depth, tmp)
+                raw[rate].append(res)
+                print(f"  sidecar_cpu round {i + 1}/{rounds} {rate:g} Hz: total {res['total_pct']:.2f}%, steady "
+                      f"{res['steady_pct']:.2f}% (sampler {res['sampler_pct']:.2f}%, python {res['python_pct']:.2f}%), "
+                      f"{res['rate_hz']:.0f} Hz, {res['frames']:.1f} frames/sample", file=sys.stderr, flush=True)
+    rows, table_rows = [], []
+    for rate in rates:
+        rs = raw[rate]
+        row = {"rate_asked_hz": rate}
+        for k in ("total_pct", "steady_pct", "sampler_pct", "python_pct", "rate_hz", "frames"):
+            row[k] = summary([x[k] for x in rs])
+        for k in ("samples", "ticks", "torn", "late"):
+            row[k] = sum(x[k] for x in rs)
+        row["rounds"] = rs
+        rows.append(row)
+        verdict = ""
+        if rate == 1000.0:
+            verdict = " (target <= 3%: " + ("met)" if row["total_pct"]["median"] <= TARGET_PCT else "MISSED)")
+        samples_per_s = row["samples"] / (duration * len(rs))
+        table_rows.append([f"{rate:g}", fmt(row["rate_hz"], 0), f"{samples_per_s:.0f}", fmt(row["frames"], 1),
+                           fmt(row["total_pct"]) + verdict, fmt(row["steady_pct"]), fmt(row["sampler_pct"]),
+                           fmt(row["python_pct"]), f"{row['torn']}/{row['late']}"])
+    table = common.markdown_table(
+        ["asked Hz", "achieved Hz", "samples/s", "frames/sample", "CPU % of one core (total)", "steady %",
+         "sampler thread %", "python thread %", "torn/late"], table_rows)
+    params = {"threads": threads, "depth": f"{depth}..{depth + 20}", "duration_s": duration, "rounds": rounds,
+              "rates": rates, "target_pct_at_1khz": TARGET_PCT}
+    common.write_result(cfg, NAME, params, rows, table)
+    return (f"### sidecar_cpu ({threads} threads, mixed busy/sleep, {duration:g} s runs, median of {rounds} "
+            f"rounds, (min-max); {common.machine(cfg)['pinning']})\n\n{table}\n")
