@@ -12,6 +12,7 @@ Nothing is left behind: every started process is SIGKILLed and reaped at teardow
 from __future__ import annotations
 
 import os
+import shlex
 import queue
 import signal
 import struct
@@ -37,7 +38,16 @@ def _ruby_version(ruby: str) -> str:
                           text=True, timeout=30).stdout.strip()
 
 
-SDB_GEM_HOME = os.environ.get("SDB_GEM_HOME") or str(REPO / "build" / "gem-home" / _ruby_version(SDB_RUBY))
+# Where the gem is: a GEM_HOME of its own (SDB_GEM_HOME), or, when that is empty, the Ruby's own gem
+# directory (scripts/rubies installs it there, as `gem install` does for a user).
+SDB_GEM_HOME = os.environ.get("SDB_GEM_HOME", str(REPO / "build" / "gem-home" / _ruby_version(SDB_RUBY)))
+# Extra interpreter flags for every target, e.g. "--yjit" (make test runs the suite with and without)
+SDB_RUBY_ARGS = shlex.split(os.environ.get("SDB_RUBY_ARGS", ""))
+
+
+def ruby_cmd(program, *args) -> List[str]:
+    """The command line that runs a target program with the Ruby under test."""
+    return [SDB_RUBY, *SDB_RUBY_ARGS, str(program), *args]
 
 REGISTRY_PREFIX = "/dev/shm/sdb-"
 READY_TIMEOUT_S = 20.0
@@ -132,7 +142,7 @@ class RubyTarget:
 
 def ruby_env(with_gem: bool = True, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SDB_", "RUBY", "GEM_"))}
-    if with_gem:
+    if with_gem and SDB_GEM_HOME:
         env["GEM_HOME"] = SDB_GEM_HOME
         env["GEM_PATH"] = SDB_GEM_HOME
     env.update(extra or {})
@@ -151,7 +161,7 @@ def ruby_target(tmp_path):
         assert path.is_file(), f"no such target program: {path}"
         stderr_path = tmp_path / f"{path.stem}-{len(started)}.stderr"
         with open(stderr_path, "w") as err:
-            proc = subprocess.Popen([SDB_RUBY, str(path), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            proc = subprocess.Popen(ruby_cmd(path, *args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=err, text=True, cwd=str(tmp_path), env=ruby_env(with_gem, env))
         target = RubyTarget(proc, program, stderr_path)
         started.append(target)
@@ -354,7 +364,7 @@ def record_program(tmp_dir: Path, program: str, duration_s: float = 1.0, rate_hz
     out = tmp_dir / "trace.msgpack"
     stderr_path = tmp_dir / f"{Path(program).stem}.stderr"
     with open(stderr_path, "w") as err:
-        proc = subprocess.Popen([SDB_RUBY, str(PROGRAMS / program)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(ruby_cmd(PROGRAMS / program), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=err, text=True, cwd=str(tmp_dir), env=ruby_env())
     target = RubyTarget(proc, program, stderr_path)
     try:

@@ -170,10 +170,23 @@ cdef enum:
     FLAG_CFRAME = 0x80
 
 cdef enum:
+    AREA_RAW = 0
+    AREA_EP = 1
+    AREA_JOB_EC = 2
+    AREA_JOB_HDR = 3
+    AREA_JOB_CFP2 = 4
+
+cdef enum:
+    EP_GAP = 2048           # ep spans closer than this are read as one (copying beats another iovec)
+    EP_SPAN_MAX = 65536
+
+cdef enum:
     MAX_IOV = 1024          # UIO_MAXIOV
     EC_SPAN = 64            # bytes read from the ec: covers vm_stack, size, cfp
     ISEQ_SPAN = 32          # bytes read from an ISeq: flags, wrapper, body
     BODY_SPAN = 32          # bytes read from an ISeq body: type, size, encoded
+
+cdef uint64_t NO_EP = 0xffffffffffffffffULL
 
 # Outcome of one attempt at reading a thread.
 cdef enum:
@@ -224,7 +237,38 @@ cdef struct RawFrame:       # one frame as read, before interning
     uint64_t iseq
     uint64_t pc
     uint64_t ep
-    uint64_t ep_data[3]     # ep[-2], ep[-1], ep[0]
+    uint64_t ep_off         # where ep[-2..0] landed in the ep arena; NO_EP: not read
+
+cdef struct Job:            # one thread being read in this tick
+    uint32_t slot
+    int result              # R_*
+    uint64_t serial
+    uint64_t gen
+    uint64_t ec_addr
+    uint64_t ec
+    uint64_t cfp
+    uint64_t cfp2           # ec->cfp read again after the frames
+    uint32_t nf
+    uint32_t truncated
+    uint32_t hdr_ok
+    uint32_t cluster0
+    uint32_t cluster1
+    uint64_t raw_off        # its control frames in rawbuf
+    uint64_t frame0         # its first RawFrame in raw
+    uint8_t hdr[64]         # EC_SPAN bytes of its ec
+
+cdef struct Req:            # one remote read, queued for run_reqs
+    uint64_t addr
+    uint64_t length
+    uint64_t off
+    uint32_t area
+    uint32_t job
+    uint32_t fail           # outcome for the job when this read fails (R_OK: speculative)
+
+cdef struct Cluster:        # a span of ep words read with one iovec
+    uint64_t lo
+    uint64_t hi
+    uint64_t arena_off
 
 cdef struct SlotCache:
     uint64_t serial
@@ -397,9 +441,19 @@ cdef class Sampler:
     cdef SlotCache *cache
     cdef uint32_t nslots
     cdef uint32_t hwm                    # slots [0, hwm) have been used at least once
-    # scratch
+    # scratch, grown as needed
+    cdef Job *jobs
+    cdef uint64_t job_cap
+    cdef Req *reqs
+    cdef uint64_t req_cap, nreq
     cdef uint8_t *rawbuf
+    cdef uint64_t rawbuf_cap
     cdef RawFrame *raw
+    cdef uint64_t raw_cap
+    cdef uint8_t *eparena
+    cdef uint64_t ep_cap
+    cdef Cluster *clusters
+    cdef uint64_t cluster_cap
     cdef uint32_t *ids
     cdef FrameEnt *cur
     cdef iovec *liov
@@ -421,8 +475,6 @@ cdef class Sampler:
         pthread_mutex_init(&self.mu, NULL)
         self.nslots = reg.hdr.slot_count
         self.cache = <SlotCache *>calloc(self.nslots + 1, sizeof(SlotCache))
-        self.rawbuf = <uint8_t *>malloc((max_depth + 1) * <size_t>self.L.cfp_size + 64)
-        self.raw = <RawFrame *>malloc((max_depth + 2) * sizeof(RawFrame))
         self.ids = <uint32_t *>malloc((max_depth + 2) * sizeof(uint32_t))
         self.cur = <FrameEnt *>malloc((max_depth + 2) * sizeof(FrameEnt))
         self.liov = <iovec *>malloc((MAX_IOV + 4) * sizeof(iovec))
@@ -435,7 +487,7 @@ cdef class Sampler:
         self.stack_index = <uint32_t *>calloc(self.stack_index_cap, sizeof(uint32_t))
         self.me_set_cap = 1024
         self.me_set = <uint64_t *>calloc(self.me_set_cap, sizeof(uint64_t))
-        if (self.cache == NULL or self.rawbuf == NULL or self.raw == NULL or self.ids == NULL
+        if (self.cache == NULL or self.ids == NULL
                 or self.cur == NULL or self.liov == NULL or self.riov == NULL or self.iseqs == NULL
                 or self.frame_index == NULL or self.stack_index == NULL or self.me_set == NULL):
             raise MemoryError()
@@ -451,6 +503,10 @@ cdef class Sampler:
         free(self.cache)
         free(self.rawbuf)
         free(self.raw)
+        free(self.jobs)
+        free(self.reqs)
+        free(self.eparena)
+        free(self.clusters)
         free(self.ids)
         free(self.cur)
         free(self.liov)
@@ -671,195 +727,257 @@ cdef class Sampler:
         self.stack_index[i] = sid + 1
         return sid
 
-    # ------------------------------------------------------------ one thread
-    cdef void thread_event(self, const sdb_slot *copy, uint32_t ended, uint64_t serial, uint64_t now) noexcept nogil:
-        cdef ThreadEvt *e
-        if grow(<void **>&self.tevts, &self.tevt_cap, self.tevt_len + 1, sizeof(ThreadEvt)) != 0:
+    # ------------------------------------------------------------ reading, batched
+    # A tick reads every thread in the same few process_vm_readv calls: on this
+    # kind of machine a call costs ~2 us and each remote iovec ~0.35 us, so the
+    # calls are shared between threads and the iovecs kept few (see
+    # benchmarks/RESULTS.md). Phases, each one call for all threads:
+    #   1. th->ec of each thread, and speculatively the header of the ec seen last
+    #      time (vm_stack, vm_stack_size, cfp); 1b. the header of any ec that changed
+    #   2. each thread's control frames, cfp .. end of its VM stack (one iovec each)
+    #   3. ep[-2..0] of the frames that have no ISeq+pc (C functions, IFUNCs),
+    #      merged into contiguous spans, then ec->cfp again (after the frames)
+    #   4. (no reads) checks, interning, one sample per thread.
+    cdef inline void add_req(self, uint64_t addr, uint64_t length, uint32_t area, uint64_t off,
+                             uint32_t job, uint32_t fail) noexcept nogil:
+        cdef Req *r
+        if grow(<void **>&self.reqs, &self.req_cap, self.nreq + 1, sizeof(Req)) != 0:
+            self.jobs[job].result = R_TORN
             return
-        e = &self.tevts[self.tevt_len]
-        self.tevt_len += 1
-        memset(e, 0, sizeof(ThreadEvt))
-        e.ended = ended
-        e.serial = serial
-        e.at_ns = now
-        if copy != NULL:
-            e.tid = copy.native_tid
-            e.start_ns = copy.start_mono_ns
-            e.flags = copy.flags
-            memcpy(e.name, copy.name, 64)
-            e.name[63] = 0
+        r = &self.reqs[self.nreq]
+        self.nreq += 1
+        r.addr = addr
+        r.length = length
+        r.area = area
+        r.off = off
+        r.job = job
+        r.fail = fail
 
-    cdef int sample_slot(self, uint32_t idx, uint64_t now) noexcept nogil:
+    cdef inline void *req_dst(self, const Req *r) noexcept nogil:
+        if r.area == AREA_RAW:
+            return self.rawbuf + r.off
+        if r.area == AREA_EP:
+            return self.eparena + r.off
+        if r.area == AREA_JOB_EC:
+            return &self.jobs[r.job].ec
+        if r.area == AREA_JOB_HDR:
+            return self.jobs[r.job].hdr
+        return &self.jobs[r.job].cfp2
+
+    cdef int run_reqs(self) noexcept nogil:
+        """Issue the queued reads, MAX_IOV at a time. A read that fails marks its job with the
+        request's `fail` outcome (speculative reads fail silently). -1: the target is gone."""
+        cdef uint64_t i = 0, n = self.nreq, cnt, k
+        cdef ssize_t got
+        cdef int e
+        cdef Req *r
+        while i < n:
+            cnt = n - i if n - i < MAX_IOV else MAX_IOV
+            for k in range(cnt):
+                r = &self.reqs[i + k]
+                self.liov[k].iov_base = self.req_dst(r)
+                self.liov[k].iov_len = r.length
+                self.riov[k].iov_base = <void *>r.addr
+                self.riov[k].iov_len = r.length
+            got = process_vm_readv(self.pid, self.liov, cnt, self.riov, cnt, 0)
+            if got < 0:
+                e = sdb_errno()
+                if e == ESRCH or e == EPERM:
+                    self.fatal_errno = e
+                    self.nreq = 0
+                    return -1
+                got = 0
+            k = 0
+            while k < cnt and <uint64_t>got >= self.reqs[i + k].length:
+                got -= self.reqs[i + k].length
+                if self.reqs[i + k].area == AREA_JOB_HDR:
+                    self.jobs[self.reqs[i + k].job].hdr_ok = 1
+                k += 1
+            if k < cnt:                     # request i+k failed: skip it, go on after it
+                r = &self.reqs[i + k]
+                if r.fail != R_OK and self.jobs[r.job].result == R_OK:
+                    self.jobs[r.job].result = r.fail
+                i += k + 1
+            else:
+                i += cnt
+        self.nreq = 0
+        return 0
+
+    cdef int read_jobs(self, uint32_t first, uint32_t n) noexcept nogil:
+        """Phases 1-3 for jobs[first:first+n]. -1: the target is gone."""
+        cdef uint32_t j, f, nclusters = 0
+        cdef Job *job
+        cdef SlotCache *c
+        cdef uint64_t vm_stack, vm_size, end, raw_total = 0, frames_total = 0, ep_total = 0
+        cdef uint64_t ep, lo, hi
+        cdef RawFrame *r
+        cdef uint8_t *base
+        cdef Cluster *cl
+        # 1. th->ec, and the header of the ec seen last time
+        for j in range(first, first + n):
+            job = &self.jobs[j]
+            job.hdr_ok = 0
+            c = &self.cache[job.slot]
+            self.add_req(job.ec_addr, 8, AREA_JOB_EC, 0, j, R_GONE)
+            if c.ec != 0:
+                self.add_req(c.ec, EC_SPAN, AREA_JOB_HDR, 0, j, R_OK)
+        if self.run_reqs() != 0:
+            return -1
+        # 1b. the header of an ec that changed (a fiber switch, a new thread)
+        for j in range(first, first + n):
+            job = &self.jobs[j]
+            if job.result != R_OK:
+                continue
+            if job.ec == 0:
+                job.result = R_GONE
+            elif job.ec != self.cache[job.slot].ec or not job.hdr_ok:
+                self.add_req(job.ec, EC_SPAN, AREA_JOB_HDR, 0, j, R_GONE)
+        if self.nreq and self.run_reqs() != 0:
+            return -1
+        for j in range(first, first + n):
+            job = &self.jobs[j]
+            if job.result != R_OK:
+                continue
+            self.cache[job.slot].ec = job.ec
+            vm_stack = u64_at(job.hdr, self.L.ec_vm_stack)
+            vm_size = u64_at(job.hdr, self.L.ec_vm_stack_size)
+            job.cfp = u64_at(job.hdr, self.L.ec_cfp)
+            end = vm_stack + vm_size * 8
+            if vm_stack == 0 or job.cfp == 0:
+                job.result = R_GONE         # a thread being set up or torn down: no stack
+                continue
+            if job.cfp < vm_stack or job.cfp >= end or (end - job.cfp) % self.L.cfp_size != 0:
+                job.result = R_TORN
+                continue
+            job.nf = <uint32_t>((end - job.cfp) / self.L.cfp_size)
+            job.nf = job.nf - 1 if job.nf > 0 else 0    # the outermost frame is Ruby's dummy: not shown
+            job.truncated = 0
+            if job.nf > self.max_depth:
+                job.nf = self.max_depth
+                job.truncated = 1
+            job.raw_off = raw_total
+            job.frame0 = frames_total
+            raw_total += job.nf * <uint64_t>self.L.cfp_size
+            frames_total += job.nf
+        if (grow(<void **>&self.rawbuf, &self.rawbuf_cap, raw_total + 64, 1) != 0
+                or grow(<void **>&self.raw, &self.raw_cap, frames_total + 1, sizeof(RawFrame)) != 0):
+            return -1
+        # 2. the control frames
+        for j in range(first, first + n):
+            job = &self.jobs[j]
+            if job.result == R_OK and job.nf > 0:
+                self.add_req(job.cfp, job.nf * <uint64_t>self.L.cfp_size, AREA_RAW, job.raw_off, j, R_TORN)
+        if self.nreq and self.run_reqs() != 0:
+            return -1
+        # 3. ep words of the frames without ISeq+pc, in merged spans; then ec->cfp again
+        for j in range(first, first + n):
+            job = &self.jobs[j]
+            if job.result != R_OK:
+                continue
+            base = self.rawbuf + job.raw_off
+            job.cluster0 = nclusters
+            cl = NULL
+            for f in range(job.nf):
+                r = &self.raw[job.frame0 + f]
+                r.iseq = u64_at(base, f * self.L.cfp_size + self.L.cfp_iseq)
+                r.pc = u64_at(base, f * self.L.cfp_size + self.L.cfp_pc)
+                r.ep = u64_at(base, f * self.L.cfp_size + self.L.cfp_ep)
+                r.ep_off = NO_EP
+                if (r.iseq != 0 and r.pc != 0) or r.ep < 16:
+                    continue
+                lo = r.ep - 16
+                hi = r.ep + 8
+                if cl != NULL and lo + EP_GAP >= cl.lo and hi <= cl.hi + EP_GAP and hi - cl.lo <= EP_SPAN_MAX \
+                        and cl.hi - lo <= EP_SPAN_MAX:
+                    if lo < cl.lo:
+                        cl.lo = lo
+                    if hi > cl.hi:
+                        cl.hi = hi
+                else:
+                    if grow(<void **>&self.clusters, &self.cluster_cap, nclusters + 1, sizeof(Cluster)) != 0:
+                        return -1
+                    cl = &self.clusters[nclusters]
+                    nclusters += 1
+                    cl.lo = lo
+                    cl.hi = hi
+                r.ep_off = nclusters - 1          # the cluster, for now
+            job.cluster1 = nclusters
+        for j in range(nclusters):
+            self.clusters[j].arena_off = ep_total
+            ep_total += self.clusters[j].hi - self.clusters[j].lo
+        if grow(<void **>&self.eparena, &self.ep_cap, ep_total + 8, 1) != 0:
+            return -1
+        for j in range(first, first + n):
+            job = &self.jobs[j]
+            if job.result != R_OK:
+                continue
+            for f in range(job.nf):
+                r = &self.raw[job.frame0 + f]
+                if r.ep_off != NO_EP:
+                    cl = &self.clusters[r.ep_off]
+                    r.ep_off = cl.arena_off + (r.ep - 16 - cl.lo)
+            for f in range(job.cluster0, job.cluster1):
+                cl = &self.clusters[f]
+                self.add_req(cl.lo, cl.hi - cl.lo, AREA_EP, cl.arena_off, j, R_TORN)
+            self.add_req(job.ec + self.L.ec_cfp, 8, AREA_JOB_CFP2, 0, j, R_TORN)
+        if self.nreq and self.run_reqs() != 0:
+            return -1
+        return 0
+
+    cdef int finish_job(self, Job *job, uint64_t now) noexcept nogil:
+        """Phase 4 for one job: checks, interning, the sample. Returns an R_* outcome."""
         cdef const sdb_slot *s = <const sdb_slot *>(self.reg.base + self.reg.hdr.slots_offset
-                                                    + <size_t>idx * self.reg.hdr.slot_size)
-        cdef SlotCache *c = &self.cache[idx]
-        cdef sdb_slot copy
-        cdef uint64_t g1, g2, ec, ec2, cfp, cfp2, vm_stack, vm_size, end, shallow, ep
-        cdef uint8_t ecbuf[EC_SPAN]
-        cdef ssize_t got, want
-        cdef uint32_t nf, j, k, nunstable, nio, truncated, n_out, cs
-        cdef uint32_t total_io, done_io, batch
-        cdef uint64_t magic, ep0
+                                                    + <size_t>job.slot * self.reg.hdr.slot_size)
+        cdef SlotCache *c = &self.cache[job.slot]
+        cdef uint64_t shallow, magic, ep0
+        cdef uint32_t j, k, nunstable, n_out, cs
         cdef int64_t fid, sid
         cdef RawFrame *r
         cdef FrameEnt *f
+        cdef const uint64_t *epd
         cdef int same
+        if sdb_load_acquire_u64(&s.gen) != job.gen:
+            return R_GONE                  # the thread left, or its slot changed, during the read
+        shallow = job.cfp2 if job.cfp2 > job.cfp else job.cfp
+        nunstable = <uint32_t>((shallow - job.cfp) / self.L.cfp_size) if shallow > job.cfp else 0
 
-        g1 = sdb_load_acquire_u64(&s.gen)
-        if g1 & 1:
-            return R_SKIP
-        memcpy(&copy, <const void *>s, sizeof(sdb_slot))
-        sdb_fence_acquire()
-        if sdb_load_acquire_u64(&s.gen) != g1:
-            return R_SKIP
-        if not copy.live:
-            if c.serial != 0:
-                self.thread_event(NULL, 1, c.serial, now)
-                c.serial = 0
-                c.has_prev = 0
-            return R_SKIP
-        if c.serial != copy.serial:
-            if c.serial != 0:
-                self.thread_event(NULL, 1, c.serial, now)
-            c.serial = copy.serial
-            c.gen = g1
-            c.ec = 0
-            c.has_prev = 0
-            self.threads_seen += 1
-            self.thread_event(&copy, 0, copy.serial, now)
-        elif c.gen != g1:
-            c.gen = g1
-            self.thread_event(&copy, 0, copy.serial, now)
-
-        # 1. th->ec, and speculatively the header of the ec seen last time
-        self.liov[0].iov_base = &ec
-        self.liov[0].iov_len = 8
-        self.riov[0].iov_base = <void *>copy.ec_addr
-        self.riov[0].iov_len = 8
-        nio = 1
-        if c.ec != 0:
-            self.liov[1].iov_base = ecbuf
-            self.liov[1].iov_len = EC_SPAN
-            self.riov[1].iov_base = <void *>c.ec
-            self.riov[1].iov_len = EC_SPAN
-            nio = 2
-        got = process_vm_readv(self.pid, self.liov, nio, self.riov, nio, 0)
-        if got < 8:
-            return self.read_failed(got)
-        if ec == 0:
-            return R_GONE
-        if ec != c.ec or got != 8 + EC_SPAN:
-            if self.read1(ec, ecbuf, EC_SPAN) != EC_SPAN:
-                return R_GONE
-            c.ec = ec
-        vm_stack = u64_at(ecbuf, self.L.ec_vm_stack)
-        vm_size = u64_at(ecbuf, self.L.ec_vm_stack_size)
-        cfp = u64_at(ecbuf, self.L.ec_cfp)
-        end = vm_stack + vm_size * 8
-        if vm_stack == 0 or cfp == 0:
-            return R_GONE           # a thread being set up or torn down: no stack
-        if cfp < vm_stack or cfp >= end or (end - cfp) % self.L.cfp_size != 0:
-            return R_TORN
-        nf = <uint32_t>((end - cfp) / self.L.cfp_size)
-        nf = nf - 1 if nf > 0 else 0    # the outermost frame is Ruby's dummy: not shown
-        truncated = 0
-        if nf > self.max_depth:
-            nf = self.max_depth
-            truncated = 1
-
-        # 2. the control frames
-        if nf > 0:
-            if self.read1(cfp, self.rawbuf, nf * <size_t>self.L.cfp_size) != <ssize_t>(nf * <size_t>self.L.cfp_size):
-                return R_TORN
-        # 3. ep[-2..0] of every frame, then ec and cfp again (after the frames are copied)
-        total_io = 0
-        for j in range(nf):
-            r = &self.raw[j]
-            r.iseq = u64_at(self.rawbuf, j * self.L.cfp_size + self.L.cfp_iseq)
-            r.pc = u64_at(self.rawbuf, j * self.L.cfp_size + self.L.cfp_pc)
-            r.ep = u64_at(self.rawbuf, j * self.L.cfp_size + self.L.cfp_ep)
-            r.ep_data[0] = 0
-            r.ep_data[1] = 0
-            r.ep_data[2] = 0
-        j = 0
-        done_io = 0
-        while True:
-            batch = 0
-            while j < nf and batch < MAX_IOV - 2:
-                if self.raw[j].ep >= 16:
-                    self.liov[batch].iov_base = self.raw[j].ep_data
-                    self.liov[batch].iov_len = 24
-                    self.riov[batch].iov_base = <void *>(self.raw[j].ep - 16)
-                    self.riov[batch].iov_len = 24
-                    batch += 1
-                j += 1
-            want = batch * 24
-            if j >= nf:
-                self.liov[batch].iov_base = &ec2
-                self.liov[batch].iov_len = 8
-                self.riov[batch].iov_base = <void *>copy.ec_addr
-                self.riov[batch].iov_len = 8
-                self.liov[batch + 1].iov_base = &cfp2
-                self.liov[batch + 1].iov_len = 8
-                self.riov[batch + 1].iov_base = <void *>(ec + self.L.ec_cfp)
-                self.riov[batch + 1].iov_len = 8
-                batch += 2
-                want += 16
-            got = process_vm_readv(self.pid, self.liov, batch, self.riov, batch, 0)
-            if got != want:
-                if got < 0 and (sdb_errno() == ESRCH or sdb_errno() == EPERM):
-                    return self.read_failed(got)
-                return R_TORN
-            if j >= nf:
-                break
-
-        g2 = sdb_load_acquire_u64(&s.gen)
-        if g2 != g1:
-            return R_GONE
-        if ec2 != ec:
-            return R_TORN           # a fiber switch during the read
-        shallow = cfp2 if cfp2 > cfp else cfp
-        nunstable = <uint32_t>((shallow - cfp) / self.L.cfp_size) if shallow > cfp else 0
-
-        # 4. classify, check and intern, innermost first
+        # classify and check, innermost first
         n_out = 0
-        for j in range(nf):
-            r = &self.raw[j]
+        for j in range(job.nf):
+            r = &self.raw[job.frame0 + j]
             f = &self.cur[n_out]
-            ep0 = r.ep_data[2]
-            magic = ep0 & MAGIC_MASK
             f.pad = 0
-            if r.iseq != 0:
-                if r.pc == 0 or (ep0 & FLAG_CFRAME):
-                    if magic == MAGIC_IFUNC:
-                        f.kind = KIND_OTHER
-                        f.iseq = 0
-                        f.pc = 0
-                        f.me = 0
-                        n_out += 1
-                    elif j < nunstable and magic != MAGIC_DUMMY and magic != MAGIC_CFUNC:
-                        return R_TORN
-                    continue
-                if (magic != MAGIC_METHOD and magic != MAGIC_BLOCK and magic != MAGIC_CLASS
-                        and magic != MAGIC_TOP and magic != MAGIC_EVAL and magic != MAGIC_RESCUE):
-                    return R_TORN
-                f.kind = KIND_RUBY
+            if r.iseq != 0 and r.pc != 0:
+                f.kind = KIND_RUBY          # checked below: a real ISeq with pc inside it
                 f.iseq = r.iseq
                 f.pc = r.pc
                 f.me = 0
-            elif magic == MAGIC_CFUNC:
+                n_out += 1
+                continue
+            if r.ep_off == NO_EP:
+                if j < nunstable:
+                    return R_TORN
+                continue
+            epd = <const uint64_t *>(self.eparena + r.ep_off)      # ep[-2], ep[-1], ep[0]
+            ep0 = epd[2]
+            magic = ep0 & MAGIC_MASK
+            if r.iseq == 0 and magic == MAGIC_CFUNC:
                 f.kind = KIND_CFUNC
                 f.iseq = 0
                 f.pc = 0
-                f.me = r.ep_data[0]
+                f.me = epd[0]
                 if f.me == 0:
                     return R_TORN
-            else:
-                if magic != MAGIC_DUMMY and j < nunstable:
-                    return R_TORN
-                continue
-            n_out += 1
-        if truncated:
+                n_out += 1
+            elif r.iseq != 0 and magic == MAGIC_IFUNC:
+                f.kind = KIND_OTHER
+                f.iseq = 0
+                f.pc = 0
+                f.me = 0
+                n_out += 1
+            elif j < nunstable and magic != MAGIC_DUMMY and magic != MAGIC_TOP and magic != MAGIC_EVAL:
+                return R_TORN
+        if job.truncated:
             f = &self.cur[n_out]
             f.kind = KIND_TRUNCATED
             f.iseq = 0
@@ -873,7 +991,7 @@ cdef class Sampler:
         same = c.has_prev and c.nprev == n_out
         for j in range(n_out):
             f = &self.cur[j]
-            k = n_out - 1 - j                   # index from the root
+            k = n_out - 1 - j
             if c.has_prev and k < c.nprev:
                 if (c.prev[k].iseq == f.iseq and c.prev[k].pc == f.pc and c.prev[k].me == f.me
                         and c.prev[k].kind == f.kind):
@@ -895,7 +1013,6 @@ cdef class Sampler:
             sid = self.intern_stack(self.ids, n_out)
             if sid < 0:
                 return R_FATAL
-            # remember this sample, root first
             if c.cap < n_out + 1:
                 cs = n_out + 16
                 c.prev = <FrameEnt *>realloc(c.prev, cs * sizeof(FrameEnt))
@@ -913,27 +1030,80 @@ cdef class Sampler:
         if grow(<void **>&self.samples, &self.sample_cap, self.sample_len + 1, sizeof(SampleEnt)) != 0:
             return R_FATAL
         self.samples[self.sample_len].t_ns = now
-        self.samples[self.sample_len].serial = copy.serial
+        self.samples[self.sample_len].serial = job.serial
         self.samples[self.sample_len].stack = <uint32_t>sid
         self.samples[self.sample_len].state = sdb_load_relaxed_u32(&s.state)
         self.sample_len += 1
         self.total_samples += 1
         return R_OK
 
-    cdef int read_failed(self, ssize_t got) noexcept nogil:
-        cdef int e
-        if got < 0:
-            e = sdb_errno()
-            if e == ESRCH or e == EPERM:
-                self.fatal_errno = e
-                return R_FATAL
-        return R_GONE
+    # ------------------------------------------------------------ one tick
+    cdef void thread_event(self, const sdb_slot *copy, uint32_t ended, uint64_t serial, uint64_t now) noexcept nogil:
+        cdef ThreadEvt *e
+        if grow(<void **>&self.tevts, &self.tevt_cap, self.tevt_len + 1, sizeof(ThreadEvt)) != 0:
+            return
+        e = &self.tevts[self.tevt_len]
+        self.tevt_len += 1
+        memset(e, 0, sizeof(ThreadEvt))
+        e.ended = ended
+        e.serial = serial
+        e.at_ns = now
+        if copy != NULL:
+            e.tid = copy.native_tid
+            e.start_ns = copy.start_mono_ns
+            e.flags = copy.flags
+            memcpy(e.name, copy.name, 64)
+            e.name[63] = 0
+
+    cdef int take_slot(self, uint32_t idx, uint64_t now, Job *job) noexcept nogil:
+        """Copies slot idx under its seqlock into job; thread events on changes. 0: nothing to sample."""
+        cdef const sdb_slot *s = <const sdb_slot *>(self.reg.base + self.reg.hdr.slots_offset
+                                                    + <size_t>idx * self.reg.hdr.slot_size)
+        cdef SlotCache *c = &self.cache[idx]
+        cdef sdb_slot copy
+        cdef uint64_t g1
+        cdef int tries
+        for tries in range(2):
+            g1 = sdb_load_acquire_u64(&s.gen)
+            if g1 & 1:
+                continue
+            memcpy(&copy, <const void *>s, sizeof(sdb_slot))
+            sdb_fence_acquire()
+            if sdb_load_acquire_u64(&s.gen) == g1:
+                break
+        else:
+            self.busy += 1                  # being written right now: next tick
+            return 0
+        if not copy.live:
+            if c.serial != 0:
+                self.thread_event(NULL, 1, c.serial, now)
+                c.serial = 0
+                c.has_prev = 0
+            return 0
+        if c.serial != copy.serial:
+            if c.serial != 0:
+                self.thread_event(NULL, 1, c.serial, now)
+            c.serial = copy.serial
+            c.gen = g1
+            c.ec = 0
+            c.has_prev = 0
+            self.threads_seen += 1
+            self.thread_event(&copy, 0, copy.serial, now)
+        elif c.gen != g1:
+            c.gen = g1
+            self.thread_event(&copy, 0, copy.serial, now)
+        job.slot = idx
+        job.result = R_OK
+        job.serial = copy.serial
+        job.gen = g1
+        job.ec_addr = copy.ec_addr
+        return 1
 
     cdef int tick(self, uint64_t now) noexcept nogil:
         """Sample every registered thread once. Returns R_FATAL when the target is gone."""
-        cdef uint32_t i, hwm
-        cdef int rc
+        cdef uint32_t i, hwm, n = 0, ntorn = 0
         cdef uint64_t t0
+        cdef int rc
         cdef const sdb_slot *s
         # slots ever used: the gem hands out low indices first
         hwm = self.hwm
@@ -945,24 +1115,48 @@ cdef class Sampler:
         self.hwm = hwm
         t0 = sdb_now_ns()
         pthread_mutex_lock(&self.mu)
+        if grow(<void **>&self.jobs, &self.job_cap, 2 * <uint64_t>hwm + 2, sizeof(Job)) != 0:
+            pthread_mutex_unlock(&self.mu)
+            return R_FATAL
         for i in range(hwm):
-            rc = self.sample_slot(i, now)
-            if rc == R_TORN:
-                rc = self.sample_slot(i, now)
-                if rc == R_OK:
-                    self.retried += 1
-                elif rc == R_TORN:
-                    self.torn += 1
-            if rc == R_GONE:
-                self.errors += 1
-            elif rc == R_FATAL:
-                pthread_mutex_unlock(&self.mu)
-                return R_FATAL
-        self.ticks += 1
-        self.last_tick_ns = now
+            if self.take_slot(i, now, &self.jobs[n]):
+                n += 1
+        rc = R_OK
+        if n and self.read_jobs(0, n) != 0:
+            rc = R_FATAL
+        if rc == R_OK:
+            for i in range(n):
+                if self.jobs[i].result == R_OK:
+                    self.jobs[i].result = self.finish_job(&self.jobs[i], now)
+                if self.jobs[i].result == R_TORN:       # retried below, together
+                    self.jobs[n + ntorn] = self.jobs[i]
+                    self.jobs[n + ntorn].result = R_OK
+                    ntorn += 1
+                elif self.jobs[i].result == R_GONE:
+                    self.errors += 1
+                elif self.jobs[i].result == R_FATAL:
+                    rc = R_FATAL
+            if ntorn and rc == R_OK:
+                if self.read_jobs(n, ntorn) != 0:
+                    rc = R_FATAL
+                else:
+                    for i in range(n, n + ntorn):
+                        if self.jobs[i].result == R_OK:
+                            self.jobs[i].result = self.finish_job(&self.jobs[i], now)
+                        if self.jobs[i].result == R_OK:
+                            self.retried += 1
+                        elif self.jobs[i].result == R_TORN:
+                            self.torn += 1
+                        elif self.jobs[i].result == R_GONE:
+                            self.errors += 1
+                        elif self.jobs[i].result == R_FATAL:
+                            rc = R_FATAL
+        if rc == R_OK:
+            self.ticks += 1
+            self.last_tick_ns = now
         pthread_mutex_unlock(&self.mu)
         self.read_ns_total += sdb_now_ns() - t0
-        return R_OK
+        return rc
 
     # ------------------------------------------------------------ the loop
     def run(self, double duration_s=0.0):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import (PROGRAMS, REPO, SDB_RUBY, SIDECAR, RubyTarget, read_registry, read_trace, ruby_env,
+from conftest import (PROGRAMS, REPO, SDB_RUBY, SIDECAR, ruby_cmd, RubyTarget, read_registry, read_trace, ruby_env,
                       wait_for)
 
 DURATION_S = 5
@@ -30,7 +30,7 @@ def recording(tmp_path_factory):
     out = tmp / "trace.msgpack"
     stderr_path = tmp / "eight_threads.stderr"
     with open(stderr_path, "w") as err:
-        proc = subprocess.Popen([SDB_RUBY, str(PROGRAMS / "eight_threads.rb")], stdin=subprocess.PIPE,
+        proc = subprocess.Popen(ruby_cmd(PROGRAMS / "eight_threads.rb"), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=err, text=True, cwd=str(tmp), env=ruby_env())
     target = RubyTarget(proc, "eight_threads.rb", stderr_path)
     sidecar = None
