@@ -19,6 +19,7 @@ help:
 	@echo "make demo    - set up, record the example app, print its top stacks"
 	@echo "make test    - set up, run the test suite"
 	@echo "make bench   - run the benchmarks (writes benchmarks/results/)"
+	@echo "make rubies  - build the Rubies under test (cached in /var/cache/sdb) and install the gem in each"
 
 setup: $(STAMPS)/machine $(STAMPS)/venv sampler $(STAMPS)/gem-$(RUBY_VERSION)
 
@@ -54,9 +55,25 @@ $(STAMPS)/gem-$(RUBY_VERSION): $(GEM_SOURCES) Rakefile $(STAMPS)/machine
 demo: setup
 	$(PY) examples/demo.py --ruby $(RUBY) --gem-home $(GEM_HOME_DIR)
 
-test: setup
-	RUBY=$(RUBY) rake -f Rakefile test
-	SDB_RUBY=$(RUBY) SDB_GEM_HOME=$(GEM_HOME_DIR) $(PY) -m pytest -q tests
+# The Rubies under test: Debian's 3.1 and 3.3/3.4 built from Debian's sources (cached in
+# /var/cache/sdb), each with the gem installed as a user installs it. One line each: version path.
+RUBIES_LIST := $(BUILD)/rubies.txt
+.PHONY: rubies
+rubies: $(STAMPS)/machine
+	@mkdir -p $(BUILD)
+	scripts/rubies > $(RUBIES_LIST)
+
+# The gem's own tests, then the whole suite, on every Ruby; on those with YJIT, again with --yjit.
+test: setup rubies
+	@set -e; while read -r version ruby; do \
+	  echo "== gem tests, Ruby $$version ($$ruby)"; \
+	  RUBY=$$ruby rake -f Rakefile test; \
+	  for args in "" "--yjit"; do \
+	    if [ -n "$$args" ] && ! $$ruby --yjit -e 'exit(defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled? ? 0 : 1)' 2>/dev/null; then continue; fi; \
+	    echo "== suite, Ruby $$version $$args"; \
+	    SDB_RUBY=$$ruby SDB_RUBY_ARGS="$$args" SDB_GEM_HOME= $(PY) -m pytest -q tests </dev/null; \
+	  done; \
+	done < $(RUBIES_LIST)
 
 bench: setup
 	$(PY) benchmarks/run.py --ruby $(RUBY) --gem-home $(GEM_HOME_DIR)

@@ -205,7 +205,8 @@ def run_sidecar(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 
 def run_symbolize(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([*SYMBOLIZE, *args], capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
+    # --idle: these tests count every sample, blocked threads included
+    return subprocess.run([*SYMBOLIZE, "--idle", *args], capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ class TestThreadSemantics < Minitest::Test
         Thread.new { Thread.current }.value.class
     RUBY
     assert_equal plain, out
-    assert_equal "3\n[3, 4]\n[5, 6]\n{:h=>1}\n7\n:sym\nArgumentError\nThread\n", out
+    assert_equal "3\n[3, 4]\n[5, 6]\n#{{ h: 1 }.inspect}\n7\n:sym\nArgumentError\nThread\n", out
   end
 
   def test_exceptions_propagate_as_without_sdb

@@ -21,7 +21,9 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcpy, memset, memcmp, strncpy
 from posix.types cimport pid_t
-from posix.fcntl cimport open as c_open, O_RDONLY
+from posix.fcntl cimport open as c_open, O_RDONLY, O_CLOEXEC
+from posix.unistd cimport pread
+from libc.stdio cimport snprintf
 from posix.unistd cimport close as c_close
 from posix.mman cimport mmap, munmap, PROT_READ, MAP_SHARED, MAP_FAILED
 from posix.stat cimport struct_stat, fstat
@@ -170,11 +172,18 @@ cdef enum:
     FLAG_CFRAME = 0x80
 
 cdef enum:
+    STATE_UNKNOWN = 0
+    STATE_RUNNING = 1
+    STATE_GVL_WAIT = 2
+    STATE_BLOCKED = 3
+
+cdef enum:
     AREA_RAW = 0
     AREA_EP = 1
     AREA_JOB_EC = 2
     AREA_JOB_HDR = 3
     AREA_JOB_CFP2 = 4
+    AREA_JOB_TH = 5
 
 cdef enum:
     EP_GAP = 2048           # ep spans closer than this are read as one (copying beats another iovec)
@@ -245,6 +254,9 @@ cdef struct Job:            # one thread being read in this tick
     uint64_t serial
     uint64_t gen
     uint64_t ec_addr
+    uint64_t thread_addr
+    uint32_t state          # SDB_STATE_*: the gem's (Ruby >= 3.2), or worked out here (3.1)
+    uint32_t tid
     uint64_t ec
     uint64_t cfp
     uint64_t cfp2           # ec->cfp read again after the frames
@@ -256,6 +268,7 @@ cdef struct Job:            # one thread being read in this tick
     uint64_t raw_off        # its control frames in rawbuf
     uint64_t frame0         # its first RawFrame in raw
     uint8_t hdr[64]         # EC_SPAN bytes of its ec
+    uint8_t th[128]         # the span of rb_thread_t holding ec and status (when status is read)
 
 cdef struct Req:            # one remote read, queued for run_reqs
     uint64_t addr
@@ -271,6 +284,7 @@ cdef struct Cluster:        # a span of ep words read with one iovec
     uint64_t arena_off
 
 cdef struct SlotCache:
+    int stat_fd             # /proc/<pid>/task/<tid>/stat, opened when first needed; 0: not open
     uint64_t serial
     uint64_t gen
     uint64_t ec             # last ec seen: speculation only, always re-checked
@@ -441,6 +455,7 @@ cdef class Sampler:
     cdef SlotCache *cache
     cdef uint32_t nslots
     cdef uint32_t hwm                    # slots [0, hwm) have been used at least once
+    cdef uint32_t th_lo, th_len          # span of rb_thread_t read for ec + status (0: not read)
     # scratch, grown as needed
     cdef Job *jobs
     cdef uint64_t job_cap
@@ -474,6 +489,13 @@ cdef class Sampler:
         self.rng = sdb_mix64(<uint64_t>pid ^ sdb_now_ns()) | 1
         pthread_mutex_init(&self.mu, NULL)
         self.nslots = reg.hdr.slot_count
+        self.th_lo = 0
+        self.th_len = 0
+        if self.L.thread_status != 0xffff and self.L.thread_status_mask != 0xffff:
+            self.th_lo = min(self.L.thread_ec, self.L.thread_status)
+            self.th_len = max(self.L.thread_ec + 8, self.L.thread_status + 1) - self.th_lo
+            if self.th_len > 128:
+                self.th_len = 0
         self.cache = <SlotCache *>calloc(self.nslots + 1, sizeof(SlotCache))
         self.ids = <uint32_t *>malloc((max_depth + 2) * sizeof(uint32_t))
         self.cur = <FrameEnt *>malloc((max_depth + 2) * sizeof(FrameEnt))
@@ -498,6 +520,7 @@ cdef class Sampler:
         cdef uint32_t i
         if self.cache != NULL:
             for i in range(self.nslots + 1):
+                self.close_stat(&self.cache[i])
                 free(self.cache[i].prev)
                 free(self.cache[i].prev_ids)
         free(self.cache)
@@ -762,6 +785,8 @@ cdef class Sampler:
             return &self.jobs[r.job].ec
         if r.area == AREA_JOB_HDR:
             return self.jobs[r.job].hdr
+        if r.area == AREA_JOB_TH:
+            return self.jobs[r.job].th
         return &self.jobs[r.job].cfp2
 
     cdef int run_reqs(self) noexcept nogil:
@@ -818,7 +843,11 @@ cdef class Sampler:
             job = &self.jobs[j]
             job.hdr_ok = 0
             c = &self.cache[job.slot]
-            self.add_req(job.ec_addr, 8, AREA_JOB_EC, 0, j, R_GONE)
+            if job.state == STATE_UNKNOWN and self.th_len:
+                # no state from the gem (Ruby 3.1): th->ec and th->status in one read
+                self.add_req(job.thread_addr + self.th_lo, self.th_len, AREA_JOB_TH, 0, j, R_GONE)
+            else:
+                self.add_req(job.ec_addr, 8, AREA_JOB_EC, 0, j, R_GONE)
             if c.ec != 0:
                 self.add_req(c.ec, EC_SPAN, AREA_JOB_HDR, 0, j, R_OK)
         if self.run_reqs() != 0:
@@ -828,6 +857,9 @@ cdef class Sampler:
             job = &self.jobs[j]
             if job.result != R_OK:
                 continue
+            if job.state == STATE_UNKNOWN and self.th_len:
+                job.ec = u64_at(job.th, self.L.thread_ec - self.th_lo)
+                job.state = self.state_from_status(job)
             if job.ec == 0:
                 job.result = R_GONE
             elif job.ec != self.cache[job.slot].ec or not job.hdr_ok:
@@ -1032,7 +1064,7 @@ cdef class Sampler:
         self.samples[self.sample_len].t_ns = now
         self.samples[self.sample_len].serial = job.serial
         self.samples[self.sample_len].stack = <uint32_t>sid
-        self.samples[self.sample_len].state = sdb_load_relaxed_u32(&s.state)
+        self.samples[self.sample_len].state = job.state
         self.sample_len += 1
         self.total_samples += 1
         return R_OK
@@ -1054,6 +1086,46 @@ cdef class Sampler:
             e.flags = copy.flags
             memcpy(e.name, copy.name, 64)
             e.name[63] = 0
+
+    cdef uint32_t state_from_status(self, Job *job) noexcept nogil:
+        """Ruby 3.1: the VM's status says blocked (sleep, IO, a lock, a queue: THREAD_STOPPED*) or
+        runnable; for a runnable thread the kernel says running (R) or waiting for the GVL (S)."""
+        cdef uint32_t st = (job.th[self.L.thread_status - self.th_lo] >> self.L.thread_status_shift) \
+            & self.L.thread_status_mask
+        if st == 1 or st == 2:
+            return STATE_BLOCKED
+        if st != 0:
+            return STATE_UNKNOWN
+        st = self.kernel_state(&self.cache[job.slot], job.tid)
+        if st == 0:
+            return STATE_UNKNOWN
+        return STATE_RUNNING if st == 82 else STATE_GVL_WAIT     # 'R'
+
+    cdef int kernel_state(self, SlotCache *c, uint32_t tid) noexcept nogil:
+        """The state letter of /proc/<pid>/task/<tid>/stat (0 when unknown); the file stays open."""
+        cdef char path[64]
+        cdef char buf[256]
+        cdef ssize_t n
+        cdef int i
+        if c.stat_fd == 0:
+            snprintf(path, sizeof(path), "/proc/%d/task/%u/stat", <int>self.pid, tid)
+            c.stat_fd = c_open(path, O_RDONLY | O_CLOEXEC) + 1
+            if c.stat_fd <= 0:
+                c.stat_fd = -1                 # never again for this thread
+        if c.stat_fd <= 0:
+            return 0
+        n = pread(c.stat_fd - 1, buf, sizeof(buf) - 1, 0)
+        if n <= 0:
+            return 0
+        i = <int>n - 1
+        while i > 0 and buf[i] != 41:          # the last ')': comm may hold anything
+            i -= 1
+        return buf[i + 2] if i > 0 and i + 2 < n else 0
+
+    cdef void close_stat(self, SlotCache *c) noexcept nogil:
+        if c.stat_fd > 0:
+            c_close(c.stat_fd - 1)
+        c.stat_fd = 0
 
     cdef int take_slot(self, uint32_t idx, uint64_t now, Job *job) noexcept nogil:
         """Copies slot idx under its seqlock into job; thread events on changes. 0: nothing to sample."""
@@ -1079,10 +1151,12 @@ cdef class Sampler:
                 self.thread_event(NULL, 1, c.serial, now)
                 c.serial = 0
                 c.has_prev = 0
+                self.close_stat(c)
             return 0
         if c.serial != copy.serial:
             if c.serial != 0:
                 self.thread_event(NULL, 1, c.serial, now)
+                self.close_stat(c)
             c.serial = copy.serial
             c.gen = g1
             c.ec = 0
@@ -1097,6 +1171,9 @@ cdef class Sampler:
         job.serial = copy.serial
         job.gen = g1
         job.ec_addr = copy.ec_addr
+        job.thread_addr = copy.thread_addr
+        job.tid = copy.native_tid
+        job.state = copy.state
         return 1
 
     cdef int tick(self, uint64_t now) noexcept nogil:

@@ -8,11 +8,12 @@ import argparse
 import os
 import sys
 
-from sdb_trace import Corrupt, NewerVersion, NotATrace, TraceError, Truncated, iter_samples, load_tables
+from sdb_trace import (STATE_BLOCKED, STATE_NAMES, STATE_UNKNOWN, Corrupt, NewerVersion, NotATrace, TraceError,
+                       Truncated, iter_samples, load_tables)
 
 from . import __version__
 from .reporters import REPORTERS
-from .resolve import Resolver, thread_label
+from .resolve import Frame, Resolver, thread_label
 
 
 class Exit:
@@ -33,6 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", "-f", default="collapsed", choices=sorted(REPORTERS),
                    help="output format (default collapsed)")
     p.add_argument("-o", "--output", default="-", help="output file (default: standard output)")
+    p.add_argument("--idle", action=argparse.BooleanOptionalAction, default=False,
+                   help="keep samples of blocked threads (sleep, IO, locks, queues); default: drop them, "
+                        "as py-spy does")
+    p.add_argument("--states", action="store_true",
+                   help="put each sample's thread state (running, waiting for GVL, blocked) as its root frame")
     p.add_argument("--version", action="version", version=f"sdb {__version__}")
     return p
 
@@ -66,10 +72,17 @@ def run(args) -> int:
     resolver = Resolver(tables)
     labels = {s: thread_label(th, s) for s, th in tables.threads.items()}
 
+    state_frames = {st: Frame(f"({name})", None, 0) for st, name in STATE_NAMES.items()}
+
     def on_batch(base, dts, threads, stacks, states):
         for dt, th, sid, st in zip(dts, threads, stacks, states):
+            if st == STATE_BLOCKED and not args.idle:
+                continue
             label = labels.get(th) or thread_label(None, th)
-            reporter.add(label, resolver.stack(sid, base + dt), st, base + dt, 1)
+            frames = resolver.stack(sid, base + dt)
+            if args.states:
+                frames = (state_frames.get(st, state_frames[STATE_UNKNOWN]),) + frames
+            reporter.add(label, frames, st, base + dt, 1)
 
     iter_samples(args.trace, on_batch, limit=tables.good_sample_records)
     try:

@@ -34,7 +34,7 @@ worker = Thread.new { Thread.current.name = "worker"; work_loop(started) }
 sleep 0.01 until parker.status == "sleep"
 
 if ARGV[0]
-  locs = parker.backtrace_locations.map { |l| { "label" => l.label, "path" => l.path, "line" => l.lineno } }
+  locs = parker.backtrace_locations.map { |l| { "label" => l.label, "base_label" => l.base_label, "path" => l.path, "line" => l.lineno } }
   File.write(ARGV[0], JSON.generate(locs))
 end
 puts "ready " + JSON.generate({ "pid" => Process.pid, "parker_tid" => parker.native_thread_id,

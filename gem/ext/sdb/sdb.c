@@ -20,6 +20,7 @@
 #include <ruby/thread.h>
 #endif
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
@@ -63,6 +64,28 @@ static struct {
 } sdb = { .fd = -1 };
 
 static ID sdb_id_alive_p, sdb_id_name, sdb_id_warn, sdb_id_native_thread_id;
+
+#ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
+/* This native thread's own slot, set when the thread registers itself (or is
+ * the current thread when adopted), so the GVL event hook finds its slot
+ * with no search. The serial tells a slot since reused by another thread. */
+static __thread struct sdb_slot *sdb_tls_slot;
+static __thread uint64_t sdb_tls_serial;
+
+static void
+sdb_tls_set(struct sdb_slot *s)
+{
+    sdb_tls_slot = s;
+    sdb_tls_serial = s ? s->serial : 0;
+}
+
+/* fork: the child's only thread must not keep a pointer into the parent's mapping */
+static void
+sdb_tls_atfork_child(void)
+{
+    sdb_tls_set(NULL);
+}
+#endif
 
 /* ---------- small helpers ---------- */
 
@@ -626,14 +649,21 @@ sdb_slot_register(VALUE thread, uint32_t tid, uint32_t flags)
     s->start_mono_ns = sdb_now_ns(CLOCK_MONOTONIC);
     s->start_wall_ns = sdb_now_ns(CLOCK_REALTIME);
     s->state = SDB_STATE_UNKNOWN;
+#ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
+    if (thread == rb_thread_current()) s->state = SDB_STATE_RUNNING; /* it runs this, holding the GVL */
+#endif
     s->flags = flags;
     if (RB_TYPE_P(name, T_STRING))
         sdb_copy_cstr(s->name, SDB_NAME_MAX, RSTRING_PTR(name), RSTRING_LEN(name));
     else
         memset(s->name, 0, SDB_NAME_MAX);
     sdb_slot_unlock(s);
+#ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
+    if (thread == rb_thread_current()) sdb_tls_set(s);
+#endif
     return (int)idx;
 }
+
 
 #ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
 /* Runs on the exiting native thread, maybe without the GVL: plain
@@ -660,6 +690,30 @@ sdb_thread_exited(rb_event_flag_t event, const rb_internal_thread_event_data_t *
         __atomic_store_n(&s->gen, g + 2, __ATOMIC_RELEASE);
         __atomic_fetch_add(&sdb.hdr->gen, 1, __ATOMIC_RELEASE);
     }
+}
+#endif
+
+#ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
+/* Ruby >= 3.2 calls this at every GVL transition of every thread, often
+ * without the GVL: one relaxed store of the thread's state into its own
+ * slot, nothing that can block or allocate. READY = wants the GVL,
+ * RESUMED = got it (runs Ruby), SUSPENDED = gave it up (sleep, IO, a lock,
+ * a queue, or a switch: a READY follows at once then). */
+static void
+sdb_thread_event(rb_event_flag_t event, const rb_internal_thread_event_data_t *data, void *arg)
+{
+    struct sdb_slot *s = sdb_tls_slot;
+    uint32_t state;
+    if (event & RUBY_INTERNAL_THREAD_EVENT_EXITED) {
+        sdb_tls_set(NULL);
+        sdb_thread_exited(event, data, arg);
+        return;
+    }
+    if (!s || __atomic_load_n(&s->serial, __ATOMIC_RELAXED) != sdb_tls_serial) return;
+    if (event & RUBY_INTERNAL_THREAD_EVENT_RESUMED) state = SDB_STATE_RUNNING;
+    else if (event & RUBY_INTERNAL_THREAD_EVENT_READY) state = SDB_STATE_GVL_WAIT;
+    else state = SDB_STATE_BLOCKED;
+    __atomic_store_n(&s->state, state, __ATOMIC_RELAXED);
 }
 #endif
 
@@ -722,7 +776,11 @@ sdb_open(VALUE self)
     {
         static int hooked = 0;
         if (!hooked) {
-            rb_internal_thread_add_event_hook(sdb_thread_exited, RUBY_INTERNAL_THREAD_EVENT_EXITED, NULL);
+            rb_internal_thread_add_event_hook(sdb_thread_event,
+                                              RUBY_INTERNAL_THREAD_EVENT_READY | RUBY_INTERNAL_THREAD_EVENT_RESUMED |
+                                              RUBY_INTERNAL_THREAD_EVENT_SUSPENDED | RUBY_INTERNAL_THREAD_EVENT_EXITED,
+                                              NULL);
+            pthread_atfork(NULL, NULL, sdb_tls_atfork_child);
             hooked = 1;
         }
     }
@@ -851,21 +909,19 @@ sdb_after_failed_exec(VALUE self)
     if (!sdb.hdr || !sdb.path[0] || getpid() != sdb.pid) return Qnil;
     fd = open(sdb.path, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) return Qnil;
+    /* The new file gets the registry's bytes, then replaces the old mapping at the very same
+     * address (MAP_FIXED swaps it atomically): the GVL hooks of other threads hold pointers
+     * into it and must never see it unmapped. A hook store between the copy and the swap is
+     * lost (a thread state, renewed at its next GVL event). */
     if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)sdb.map_size) != 0 ||
-        (map = mmap(NULL, sdb.map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+        pwrite(fd, sdb.map, sdb.map_size, 0) != (ssize_t)sdb.map_size ||
+        (map = mmap(sdb.map, sdb.map_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0)) == MAP_FAILED) {
         close(fd);
         unlink(sdb.path);
         return Qnil;
     }
-    /* GVL held: no slot write is in flight except the exit hook's, which
-     * only ever marks a slot dead; the sweep re-checks those threads. */
-    memcpy(map, sdb.map, sdb.map_size);
-    munmap(sdb.map, sdb.map_size);
     close(sdb.fd);
     sdb.fd = fd;
-    sdb.map = map;
-    sdb.hdr = (struct sdb_header *)map;
-    sdb.slots = (struct sdb_slot *)((char *)map + sdb.hdr->slots_offset);
     return Qnil;
 }
 
