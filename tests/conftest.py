@@ -254,6 +254,7 @@ class Trace:
     thread_ends: Dict[int, dict]           # serial -> thread_end record
     samples: List[tuple] = field(default_factory=list)  # (t_ns, serial, stack_id, state)
     stack_labels: List[List[Optional[str]]] = field(default_factory=list)  # per stack id, innermost first
+    tables: Optional[object] = None        # sdb_trace.Tables (frames, stacks, symbols)
 
     def serial_named(self, name: str) -> int:
         found = [s for s, names in self.thread_names.items() if name in names]
@@ -299,7 +300,7 @@ def read_trace(path) -> Trace:
             else:
                 row.append(None)
         labels.append(row)
-    return Trace(path, header, records, tables.end, tables.threads, names, ends, samples, labels)
+    return Trace(path, header, records, tables.end, tables.threads, names, ends, samples, labels, tables)
 
 
 # ------------------------------------------------------------------ registry

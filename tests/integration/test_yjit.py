@@ -1,0 +1,61 @@
+"""With YJIT on, a hot loop's stacks carry the same names as under the interpreter.
+
+YJIT does not always store the pc of the frame it is running (Ruby itself reports line 0 for such a
+top frame from 3.3 on), so lines may lag: what holds, and is tested, is that every line reported
+for a frame lies inside that frame's method."""
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+
+import pytest
+
+from conftest import PROGRAMS, SDB_RUBY, read_trace, ruby_env, run_sidecar
+
+
+def yjit_available() -> bool:
+    r = subprocess.run([SDB_RUBY, "--yjit", "-e", "exit(defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled? ? 0 : 1)"],
+                       capture_output=True, env=ruby_env(), timeout=30)
+    return r.returncode == 0
+
+
+pytestmark = pytest.mark.skipif(not yjit_available(), reason=f"{SDB_RUBY} has no YJIT compiled in")
+
+# tests/programs/thread_states.rb: `def spin(n) = n + 1` on line 8, busy_loop on lines 10-13
+METHOD_LINES = {"spin": range(8, 9), "busy_loop": range(10, 14)}
+
+
+def busy_stacks(tmp_path, name, ruby_args):
+    proc = subprocess.Popen([SDB_RUBY, *ruby_args, str(PROGRAMS / "thread_states.rb")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ruby_env())
+    try:
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.poll() is not None else ""
+        out = tmp_path / f"{name}.msgpack"
+        r = run_sidecar("attach", "--pid", str(proc.pid), "-d", "1.5", "-o", str(out), "--quiet")
+        assert r.returncode == 0, r.stderr
+    finally:
+        proc.kill()
+        proc.wait()
+    trace = read_trace(out)
+    busy = trace.serial_named("busy")
+    stacks = Counter(tuple(l for l in trace.labels_of(s) if l) for s in trace.samples_of(busy))
+    return trace, busy, stacks
+
+
+def test_hot_loop_under_yjit_has_the_interpreters_names_and_lines_inside_each_method(tmp_path):
+    # GIVEN the same hot loop recorded under the interpreter and under YJIT
+    _, _, interp = busy_stacks(tmp_path, "interp", [])
+    trace, busy, jit = busy_stacks(tmp_path, "yjit", ["--yjit"])
+    # THEN YJIT's stacks carry only names the interpreter's have, and the hottest stack is the same
+    # (how often each appears differs: compiled, `spin` takes a far smaller share of the loop)
+    assert set(jit) <= set(interp), (interp, jit)
+    assert jit.most_common(1)[0][0] in interp
+    assert any("busy_loop" in s for s in jit)
+    # AND every line reported for spin/busy_loop under YJIT lies inside that method (0: unknown)
+    tables = trace.tables
+    for _t, serial, sid, _st in trace.samples_of(busy):
+        for fid in tables.stacks[sid]:
+            sym = tables.symbol_at(tables.iseqs, tables.frame_iseq[fid], 0) if tables.frame_kind[fid] == 0 else None
+            if sym and sym.label in METHOD_LINES:
+                line = tables.frame_line[fid]
+                assert line == 0 or line in METHOD_LINES[sym.label], (sym.label, line)
