@@ -52,7 +52,7 @@ cdef extern from "_sampler_util.h" nogil:
     uint64_t sdb_now_ns()
     uint64_t sdb_wall_ns()
     void sdb_sleep_until(uint64_t deadline_ns)
-    void sdb_tight_timer_slack()
+    void sdb_timer_slack(uint64_t ns)
     uint64_t sdb_mix64(uint64_t x)
     uint64_t sdb_xorshift(uint64_t *s)
     int sdb_errno()
@@ -256,6 +256,7 @@ cdef struct Job:            # one thread being read in this tick
     uint64_t ec_addr
     uint64_t thread_addr
     uint32_t state          # SDB_STATE_*: the gem's (Ruby >= 3.2), or worked out here (3.1)
+    uint32_t from_status    # 1: state worked out here from th->status
     uint32_t tid
     uint64_t ec
     uint64_t cfp
@@ -830,7 +831,8 @@ cdef class Sampler:
 
     cdef int read_jobs(self, uint32_t first, uint32_t n) noexcept nogil:
         """Phases 1-3 for jobs[first:first+n]. -1: the target is gone."""
-        cdef uint32_t j, f, nclusters = 0
+        cdef uint32_t j, f, nclusters = 0, runnable = 0
+        cdef int k
         cdef Job *job
         cdef SlotCache *c
         cdef uint64_t vm_stack, vm_size, end, raw_total = 0, frames_total = 0, ep_total = 0
@@ -842,6 +844,7 @@ cdef class Sampler:
         for j in range(first, first + n):
             job = &self.jobs[j]
             job.hdr_ok = 0
+            job.from_status = 0
             c = &self.cache[job.slot]
             if job.state == STATE_UNKNOWN and self.th_len:
                 # no state from the gem (Ruby 3.1): th->ec and th->status in one read
@@ -860,12 +863,23 @@ cdef class Sampler:
             if job.state == STATE_UNKNOWN and self.th_len:
                 job.ec = u64_at(job.th, self.L.thread_ec - self.th_lo)
                 job.state = self.state_from_status(job)
+                job.from_status = 1
+                if job.state == STATE_RUNNING:
+                    runnable += 1
             if job.ec == 0:
                 job.result = R_GONE
             elif job.ec != self.cache[job.slot].ec or not job.hdr_ok:
                 self.add_req(job.ec, EC_SPAN, AREA_JOB_HDR, 0, j, R_GONE)
         if self.nreq and self.run_reqs() != 0:
             return -1
+        if runnable > 1:
+            # several runnable threads (Ruby 3.1): the kernel tells who runs and who waits for the GVL.
+            # A lone runnable thread holds the GVL, or is about to take it: running.
+            for j in range(first, first + n):
+                job = &self.jobs[j]
+                if job.result == R_OK and job.from_status and job.state == STATE_RUNNING:
+                    k = self.kernel_state(&self.cache[job.slot], job.tid)
+                    job.state = STATE_UNKNOWN if k == 0 else (STATE_RUNNING if k == 82 else STATE_GVL_WAIT)  # 'R'
         for j in range(first, first + n):
             job = &self.jobs[j]
             if job.result != R_OK:
@@ -1089,17 +1103,12 @@ cdef class Sampler:
 
     cdef uint32_t state_from_status(self, Job *job) noexcept nogil:
         """Ruby 3.1: the VM's status says blocked (sleep, IO, a lock, a queue: THREAD_STOPPED*) or
-        runnable; for a runnable thread the kernel says running (R) or waiting for the GVL (S)."""
+        runnable (RUNNING here; read_jobs asks the kernel which runnable thread waits for the GVL)."""
         cdef uint32_t st = (job.th[self.L.thread_status - self.th_lo] >> self.L.thread_status_shift) \
             & self.L.thread_status_mask
         if st == 1 or st == 2:
             return STATE_BLOCKED
-        if st != 0:
-            return STATE_UNKNOWN
-        st = self.kernel_state(&self.cache[job.slot], job.tid)
-        if st == 0:
-            return STATE_UNKNOWN
-        return STATE_RUNNING if st == 82 else STATE_GVL_WAIT     # 'R'
+        return STATE_RUNNING if st == 0 else STATE_UNKNOWN      # runnable: refined by the kernel view
 
     cdef int kernel_state(self, SlotCache *c, uint32_t tid) noexcept nogil:
         """The state letter of /proc/<pid>/task/<tid>/stat (0 when unknown); the file stays open."""
@@ -1243,7 +1252,7 @@ cdef class Sampler:
         cdef int rc = R_OK
         cdef str why = "stopped"
         with nogil:
-            sdb_tight_timer_slack()
+            sdb_timer_slack(min(max(self.period_ns // 20, 1000), 50000))
             start = sdb_now_ns()
             self.start_ns = start
             limit = start + <uint64_t>(duration_s * 1e9) if duration_s > 0 else 0
