@@ -186,6 +186,9 @@ cdef enum:
     AREA_JOB_TH = 5
 
 cdef enum:
+    KSTATE_REFRESH_NS = 5000000
+
+cdef enum:
     EP_GAP = 2048           # ep spans closer than this are read as one (copying beats another iovec)
     EP_SPAN_MAX = 65536
 
@@ -257,6 +260,7 @@ cdef struct Job:            # one thread being read in this tick
     uint64_t thread_addr
     uint32_t state          # SDB_STATE_*: the gem's (Ruby >= 3.2), or worked out here (3.1)
     uint32_t from_status    # 1: state worked out here from th->status
+    uint32_t word           # the slot's whole state word (state | runs << 8) as copied
     uint32_t tid
     uint64_t ec
     uint64_t cfp
@@ -286,6 +290,10 @@ cdef struct Cluster:        # a span of ep words read with one iovec
 
 cdef struct SlotCache:
     int stat_fd             # /proc/<pid>/task/<tid>/stat, opened when first needed; 0: not open
+    int kstate              # its last state letter (0: none yet)
+    uint32_t idle_word      # the slot's state word before the last read, when that read was of
+    uint32_t idle_valid     #   an idle thread (blocked / waiting for the GVL): 1
+    uint64_t kstate_ns      # when it was read
     uint64_t serial
     uint64_t gen
     uint64_t ec             # last ec seen: speculation only, always re-checked
@@ -457,6 +465,7 @@ cdef class Sampler:
     cdef uint32_t nslots
     cdef uint32_t hwm                    # slots [0, hwm) have been used at least once
     cdef uint32_t th_lo, th_len          # span of rb_thread_t read for ec + status (0: not read)
+    cdef uint64_t tick_ns                # time of the tick being taken
     # scratch, grown as needed
     cdef Job *jobs
     cdef uint64_t job_cap
@@ -475,6 +484,7 @@ cdef class Sampler:
     cdef iovec *liov
     cdef iovec *riov
     # counters (read by stats())
+    cdef readonly uint64_t reused                   # samples whose stack needed no read (idle since)
     cdef readonly uint64_t ticks, late, missed, total_samples, torn, retried, errors, busy, threads_seen
     cdef readonly uint64_t start_ns, last_tick_ns
     cdef readonly uint64_t read_ns_total   # time spent reading stacks (for the benchmark)
@@ -878,7 +888,13 @@ cdef class Sampler:
             for j in range(first, first + n):
                 job = &self.jobs[j]
                 if job.result == R_OK and job.from_status and job.state == STATE_RUNNING:
-                    k = self.kernel_state(&self.cache[job.slot], job.tid)
+                    c = &self.cache[job.slot]
+                    if self.tick_ns - c.kstate_ns >= KSTATE_REFRESH_NS or c.kstate == 0:
+                        # a thread's kernel state changes at GVL hand-offs (a 100 ms time slice
+                        # under contention): re-read it at most every 5 ms
+                        c.kstate = self.kernel_state(c, job.tid)
+                        c.kstate_ns = self.tick_ns
+                    k = c.kstate
                     job.state = STATE_UNKNOWN if k == 0 else (STATE_RUNNING if k == 82 else STATE_GVL_WAIT)  # 'R'
         for j in range(first, first + n):
             job = &self.jobs[j]
@@ -1073,15 +1089,31 @@ cdef class Sampler:
             c.prev_stack = <uint32_t>sid
             c.has_prev = 1
 
+        return self.emit(job, <uint32_t>sid, now)
+
+    cdef int emit(self, const Job *job, uint32_t sid, uint64_t now) noexcept nogil:
         if grow(<void **>&self.samples, &self.sample_cap, self.sample_len + 1, sizeof(SampleEnt)) != 0:
             return R_FATAL
         self.samples[self.sample_len].t_ns = now
         self.samples[self.sample_len].serial = job.serial
-        self.samples[self.sample_len].stack = <uint32_t>sid
+        self.samples[self.sample_len].stack = sid
         self.samples[self.sample_len].state = job.state
         self.sample_len += 1
         self.total_samples += 1
         return R_OK
+
+    cdef inline int still_idle(self, const Job *job) noexcept nogil:
+        """The gem's state word says idle, and is the word seen before the last read (which was
+        of the thread idle): it has not taken the GVL since, so its stack is the one read then."""
+        cdef const SlotCache *c = &self.cache[job.slot]
+        return (c.idle_valid and c.has_prev and c.idle_word == job.word
+                and (job.state == STATE_BLOCKED or job.state == STATE_GVL_WAIT))
+
+    cdef inline void note_idle(self, const Job *job) noexcept nogil:
+        cdef SlotCache *c = &self.cache[job.slot]
+        c.idle_valid = (job.result == R_OK and not job.from_status
+                        and (job.state == STATE_BLOCKED or job.state == STATE_GVL_WAIT))
+        c.idle_word = job.word
 
     # ------------------------------------------------------------ one tick
     cdef void thread_event(self, const sdb_slot *copy, uint32_t ended, uint64_t serial, uint64_t now) noexcept nogil:
@@ -1135,6 +1167,7 @@ cdef class Sampler:
         if c.stat_fd > 0:
             c_close(c.stat_fd - 1)
         c.stat_fd = 0
+        c.kstate = 0
 
     cdef int take_slot(self, uint32_t idx, uint64_t now, Job *job) noexcept nogil:
         """Copies slot idx under its seqlock into job; thread events on changes. 0: nothing to sample."""
@@ -1182,7 +1215,8 @@ cdef class Sampler:
         job.ec_addr = copy.ec_addr
         job.thread_addr = copy.thread_addr
         job.tid = copy.native_tid
-        job.state = copy.state
+        job.word = copy.state
+        job.state = copy.state & 0xff
         return 1
 
     cdef int tick(self, uint64_t now) noexcept nogil:
@@ -1199,6 +1233,7 @@ cdef class Sampler:
                 break
             hwm += 1
         self.hwm = hwm
+        self.tick_ns = now
         t0 = sdb_now_ns()
         pthread_mutex_lock(&self.mu)
         if grow(<void **>&self.jobs, &self.job_cap, 2 * <uint64_t>hwm + 2, sizeof(Job)) != 0:
@@ -1206,7 +1241,15 @@ cdef class Sampler:
             return R_FATAL
         for i in range(hwm):
             if self.take_slot(i, now, &self.jobs[n]):
-                n += 1
+                if self.still_idle(&self.jobs[n]):
+                    # blocked or waiting for the GVL since the last read, and it has not taken the
+                    # GVL since (the gem counts every time it does): it ran no Ruby, same stack
+                    if self.emit(&self.jobs[n], self.cache[i].prev_stack, now) != R_OK:
+                        pthread_mutex_unlock(&self.mu)
+                        return R_FATAL
+                    self.reused += 1
+                else:
+                    n += 1
         rc = R_OK
         if n and self.read_jobs(0, n) != 0:
             rc = R_FATAL
@@ -1214,6 +1257,7 @@ cdef class Sampler:
             for i in range(n):
                 if self.jobs[i].result == R_OK:
                     self.jobs[i].result = self.finish_job(&self.jobs[i], now)
+                    self.note_idle(&self.jobs[i])
                 if self.jobs[i].result == R_TORN:       # retried below, together
                     self.jobs[n + ntorn] = self.jobs[i]
                     self.jobs[n + ntorn].result = R_OK
@@ -1229,6 +1273,7 @@ cdef class Sampler:
                     for i in range(n, n + ntorn):
                         if self.jobs[i].result == R_OK:
                             self.jobs[i].result = self.finish_job(&self.jobs[i], now)
+                            self.note_idle(&self.jobs[i])
                         if self.jobs[i].result == R_OK:
                             self.retried += 1
                         elif self.jobs[i].result == R_TORN:
@@ -1379,7 +1424,7 @@ cdef class Sampler:
 
     def stats(self):
         return {"ticks": self.ticks, "late": self.late, "missed": self.missed, "samples": self.total_samples, "torn": self.torn,
-                "retried": self.retried, "errors": self.errors, "threads": self.threads_seen,
+                "retried": self.retried, "errors": self.errors, "reused": self.reused, "threads": self.threads_seen,
                 "start_ns": self.start_ns, "last_tick_ns": self.last_tick_ns,
                 "read_ns_total": self.read_ns_total}
 

@@ -126,7 +126,7 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
     elif why == "stopped" or why == "target-exited":
         why = "target-exited" if not _alive(target.pid) else why
     counts = {"at_ns": _sampler.monotonic_ns(), "reason": why, "ticks": stats["ticks"], "late": stats["late"],
-              "missed": stats["missed"], "samples": stats["samples"], "torn": stats["torn"], "retried": stats["retried"],
+              "missed": stats["missed"], "samples": stats["samples"], "torn": stats["torn"], "retried": stats["retried"], "reused": stats["reused"],
               "errors": stats["errors"], "threads": stats["threads"], "symbol_errors": drainer.symbol_errors}
     writer.end(**counts)
     out.close()

@@ -710,9 +710,14 @@ sdb_thread_event(rb_event_flag_t event, const rb_internal_thread_event_data_t *d
         return;
     }
     if (!s || __atomic_load_n(&s->serial, __ATOMIC_RELAXED) != sdb_tls_serial) return;
-    if (event & RUBY_INTERNAL_THREAD_EVENT_RESUMED) state = SDB_STATE_RUNNING;
-    else if (event & RUBY_INTERNAL_THREAD_EVENT_READY) state = SDB_STATE_GVL_WAIT;
-    else state = SDB_STATE_BLOCKED;
+    /* only this thread writes its state word: a plain load and store suffice */
+    state = __atomic_load_n(&s->state, __ATOMIC_RELAXED);
+    if (event & RUBY_INTERNAL_THREAD_EVENT_RESUMED)   /* one more run: bump the count above the state */
+        state = ((state & ~SDB_STATE_MASK) + (1u << SDB_STATE_RUNS_SHIFT)) | SDB_STATE_RUNNING;
+    else if (event & RUBY_INTERNAL_THREAD_EVENT_READY)
+        state = (state & ~SDB_STATE_MASK) | SDB_STATE_GVL_WAIT;
+    else
+        state = (state & ~SDB_STATE_MASK) | SDB_STATE_BLOCKED;
     __atomic_store_n(&s->state, state, __ATOMIC_RELAXED);
 }
 #endif

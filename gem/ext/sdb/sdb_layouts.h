@@ -99,7 +99,7 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
     {
         "3.3",
         "v3_3_8:vm_core.h,iseq.h,method.h,internal/class.h; ec@48 and cfp 56 measured on 3.3.8",
-        0,
+        1, /* make test passes on it here, with and without YJIT */
         {
             .thread_ec = 48,
             .thread_status = SDB_NA, .thread_status_shift = SDB_NA, .thread_status_mask = SDB_NA,
@@ -120,7 +120,7 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
     {
         "3.4",
         "v3_4_5:vm_core.h,iseq.h,method.h,internal/class.h,vm_backtrace.c",
-        0,
+        1, /* make test passes on it here, with and without YJIT */
         {
             .thread_ec = 48,
             .thread_status = SDB_NA, .thread_status_shift = SDB_NA, .thread_status_mask = SDB_NA,

@@ -39,7 +39,12 @@
 #define SDB_SLOT_MAIN 0x1    /* the process's main thread */
 #define SDB_SLOT_ADOPTED 0x2 /* alive before require "sdb": released by sweep, not by ensure */
 
-/* slot.state: what the thread is doing (kept current on Ruby >= 3.2) */
+/* slot.state: what the thread is doing (kept current on Ruby >= 3.2) in the low 8 bits
+ * (SDB_STATE_MASK); above them (bits 8-31) a count of the times the thread took the GVL,
+ * wrapping. A thread that is blocked or waiting for the GVL runs no Ruby, so while this word
+ * is unchanged and its state is one of those two, its stack is the one last read. */
+#define SDB_STATE_MASK 0xffu
+#define SDB_STATE_RUNS_SHIFT 8
 #define SDB_STATE_UNKNOWN 0
 #define SDB_STATE_RUNNING 1  /* holds the GVL, running Ruby */
 #define SDB_STATE_GVL_WAIT 2 /* ready, waiting for the GVL */
@@ -127,7 +132,7 @@ struct sdb_slot {
     uint64_t ec_addr;        /* &th->ec: read the running ec from here at every sample */
     uint64_t start_mono_ns;  /* CLOCK_MONOTONIC at registration */
     uint64_t start_wall_ns;  /* CLOCK_REALTIME at registration */
-    uint32_t state;          /* SDB_STATE_*, plain stores outside the seqlock */
+    uint32_t state;          /* SDB_STATE_* | runs << 8: stores by the thread itself, outside the seqlock */
     uint32_t flags;          /* SDB_SLOT_* */
     char name[SDB_NAME_MAX]; /* NUL-terminated, truncated UTF-8 */
 };
