@@ -46,7 +46,8 @@ def _die_with_parent() -> None:
 def ruby_target(cfg, program: str, *argv, stdin=False, ready_timeout: float = 20.0):
     """Start benchmarks/programs/<program> pinned to TARGET_CPU with the sdb gem;
     yield the Popen once it printed "ready" and its registry exists; kill it after."""
-    env = dict(os.environ, GEM_HOME=cfg.gem_home, GEM_PATH=cfg.gem_home)
+    # no --gem-home: the gem installed in the Ruby itself (scripts/rubies does that)
+    env = dict(os.environ, GEM_HOME=cfg.gem_home, GEM_PATH=cfg.gem_home) if cfg.gem_home else dict(os.environ)
     cmd = taskset(TARGET_CPU) + [cfg.ruby, os.path.join(PROGRAMS, program)] + [str(a) for a in argv]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                          env=env, text=True, preexec_fn=_die_with_parent)

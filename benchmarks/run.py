@@ -24,12 +24,13 @@ BENCHMARKS = {m.NAME: m for m in (sample_cost, sidecar_cpu, busy_pace)}
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ruby", default="/usr/bin/ruby")
-    ap.add_argument("--gem-home", required=True, help="GEM_HOME with the sdb gem installed (make setup)")
+    ap.add_argument("--gem-home", default="", help="GEM_HOME with the sdb gem installed (make setup); "
+                    "default: the gem installed in that Ruby (scripts/rubies)")
     ap.add_argument("--quick", action="store_true", help="short smoke run (< 1 min), 1 round each")
     ap.add_argument("--only", choices=sorted(BENCHMARKS), action="append", help="run only this one (repeatable)")
     ap.add_argument("--rounds", type=int, default=0, help="rounds per configuration (default: per benchmark)")
     cfg = ap.parse_args()
-    cfg.gem_home = os.path.abspath(cfg.gem_home)
+    cfg.gem_home = os.path.abspath(cfg.gem_home) if cfg.gem_home else ""
     names = cfg.only or list(BENCHMARKS)
     m = common.machine(cfg)
     print(f"# sdb benchmarks{' (quick)' if cfg.quick else ''}\n\n"

@@ -11,7 +11,14 @@ class TestForkAndExit < Minitest::Test
       q = Queue.new
       t = Thread.new { q.pop }
       sleep 0.05 until t.status == "sleep"
-      before = File.binread(Sdb.registry_path)
+      # the parent's own threads keep their state words current (Ruby >= 3.2): leave those out
+      without_states = lambda do |bytes|
+        h = SdbRegistryReader.read(Sdb.registry_path)
+        b = bytes.dup
+        h["slot_count"].times { |i| b[h["slots_offset"] + i * h["slot_size"] + 56, 4] = 0.chr * 4 }
+        b
+      end
+      before = without_states.(File.binread(Sdb.registry_path))
       rd, wr = IO.pipe
       pid = fork do
         rd.close
@@ -25,7 +32,7 @@ class TestForkAndExit < Minitest::Test
       wr.close
       child = JSON.parse(rd.read)
       Process.wait(pid)
-      after = File.binread(Sdb.registry_path)
+      after = without_states.(File.binread(Sdb.registry_path))
       q << 1
       t.join
       puts JSON.dump("child" => child, "same" => before == after, "parent_path" => Sdb.registry_path,

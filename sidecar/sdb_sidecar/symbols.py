@@ -73,19 +73,22 @@ class RemoteRuby:
                 data = self.read(value + start, length, what)
         return data.decode("utf-8", "replace")
 
-    def array(self, value: int, what: str) -> list:
+    def _array_span(self, ary: int, what: str) -> Tuple[int, int]:
+        """(length, address of the first element) of a remote Array, embedded or not."""
         L = self.L
-        head = self.read(value, 40, what)
+        head = self.read(ary, 40, what)
         flags = struct.unpack_from("<Q", head, 0)[0]
         if flags & T_MASK != T_ARRAY:
-            raise RemoteReadError(f"{what} at 0x{value:x} is not an Array")
+            raise RemoteReadError(f"{what} at 0x{ary:x} is not an Array")
         if flags & (1 << L["rarray_embed_bit"]):
-            n = (flags >> L["rarray_embed_len_shift"]) & L["rarray_embed_len_mask"]
-            return list(struct.unpack_from(f"<{n}Q", self.read(value + L["rarray_embed_ary"], 8 * n, what))) if n else []
+            return (flags >> L["rarray_embed_len_shift"]) & L["rarray_embed_len_mask"], ary + L["rarray_embed_ary"]
         n = struct.unpack_from("<q", head, L["rarray_heap_len"])[0]
-        ptr = struct.unpack_from("<Q", head, L["rarray_heap_ptr"])[0]
         if n < 0 or n > 1 << 20:
-            raise RemoteReadError(f"{what} at 0x{value:x} has an implausible length {n}")
+            raise RemoteReadError(f"{what} at 0x{ary:x} has an implausible length {n}")
+        return n, struct.unpack_from("<Q", head, L["rarray_heap_ptr"])[0]
+
+    def array(self, value: int, what: str) -> list:
+        n, ptr = self._array_span(value, what)
         return list(struct.unpack(f"<{n}Q", self.read(ptr, 8 * n, what))) if n else []
 
     # ------------------------------------------------------------ ISeqs
@@ -131,17 +134,7 @@ class RemoteRuby:
 
     # ------------------------------------------------------------ C methods
     def array_entry(self, ary: int, idx: int, what: str) -> int:
-        L = self.L
-        head = self.read(ary, 40, what)
-        flags = struct.unpack_from("<Q", head, 0)[0]
-        if flags & T_MASK != T_ARRAY:
-            raise RemoteReadError(f"{what} at 0x{ary:x} is not an Array")
-        if flags & (1 << L["rarray_embed_bit"]):
-            n = (flags >> L["rarray_embed_len_shift"]) & L["rarray_embed_len_mask"]
-            ptr = ary + L["rarray_embed_ary"]
-        else:
-            n = struct.unpack_from("<q", head, L["rarray_heap_len"])[0]
-            ptr = struct.unpack_from("<Q", head, L["rarray_heap_ptr"])[0]
+        n, ptr = self._array_span(ary, what)
         if idx >= n:
             raise RemoteReadError(f"{what}: index {idx} past its end ({n})")
         return self.u64(ptr + 8 * idx, what)
