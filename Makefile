@@ -4,6 +4,8 @@
 # Everything is idempotent: a second run only rebuilds what changed.
 
 SHELL := /bin/bash
+MAKEFLAGS += --no-builtin-rules
+.SUFFIXES:
 VENV := .venv
 PY := $(VENV)/bin/python
 RUBY ?= /usr/bin/ruby
@@ -11,7 +13,9 @@ BUILD := build
 STAMPS := $(BUILD)/stamps
 RUBY_VERSION = $(shell $(RUBY) -e 'print RUBY_VERSION' 2>/dev/null)
 GEM_HOME_DIR = $(CURDIR)/$(BUILD)/gem-home/$(RUBY_VERSION)
-SAMPLER_SO := sidecar/sdb_sidecar/_sampler$(shell $(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+# the venv is made from /usr/bin/python3, so that interpreter names the extension (the venv may not exist yet)
+SYSTEM_PYTHON := /usr/bin/python3
+SAMPLER_SO := sidecar/sdb_sidecar/_sampler$(shell $(SYSTEM_PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
 GEM_SOURCES := $(wildcard gem/ext/sdb/*.c gem/ext/sdb/*.h gem/ext/sdb/*.rb gem/lib/*.rb gem/lib/sdb/*.rb) gem/sdb.gemspec
 
 .PHONY: setup demo test test-fast bench clean help
@@ -31,7 +35,7 @@ $(STAMPS)/machine: scripts/setup-machine
 # The virtualenv uses Debian's python3, whose bcc module (python3-bpfcc) it reaches by path.
 $(STAMPS)/venv: pyproject.toml setup.py $(STAMPS)/machine
 	@mkdir -p $(STAMPS)
-	test -x $(PY) || /usr/bin/python3 -m venv $(VENV)
+	test -x $(PY) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip setuptools wheel
 	$(PY) -m pip install -q --disable-pip-version-check "cython>=3.0" "msgpack>=1.0" "pytest>=7"
 	echo /usr/lib/python3/dist-packages > $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-debian-bcc.pth
