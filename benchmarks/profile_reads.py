@@ -1,7 +1,7 @@
 """Where a stack sample's time goes: process_vm_readv calls per sample and the cost
 of one call by shape (not part of run.py; run it on a quiet machine).
 
-  .venv/bin/python benchmarks/profile_reads.py --gem-home build/gem-home/3.1.2
+  .venv/bin/python benchmarks/profile_reads.py --gem-home build/gem-home
 
 1. syscalls: `strace -c -f -e trace=process_vm_readv` around a tight sample_once()
    loop over an 8-thread parked target of depth D: calls per sample.

@@ -1,6 +1,6 @@
 """Run the sdb recording benchmarks; write benchmarks/results/<name>.json and print Markdown tables.
 
-  benchmarks/run.py --ruby /usr/bin/ruby --gem-home build/gem-home/3.1.2            # all, full (~10 min)
+  benchmarks/run.py --ruby /usr/bin/ruby --gem-home build/gem-home            # all, full (~10 min)
   benchmarks/run.py ... --quick                                                   # smoke (< 1 min)
   benchmarks/run.py ... --only sample_cost|sidecar_cpu|busy_pace [--rounds N]
 """

@@ -33,14 +33,9 @@ PROGRAMS = Path(__file__).resolve().parent / "programs"
 SDB_RUBY = os.environ.get("SDB_RUBY") or "/usr/bin/ruby"
 
 
-def _ruby_version(ruby: str) -> str:
-    return subprocess.run([ruby, "-e", "print RUBY_VERSION"], check=True, capture_output=True,
-                          text=True, timeout=30).stdout.strip()
-
-
 # Where the gem is: a GEM_HOME of its own (SDB_GEM_HOME), or, when that is empty, the Ruby's own gem
 # directory (scripts/rubies installs it there, as `gem install` does for a user).
-SDB_GEM_HOME = os.environ.get("SDB_GEM_HOME", str(REPO / "build" / "gem-home" / _ruby_version(SDB_RUBY)))
+SDB_GEM_HOME = os.environ.get("SDB_GEM_HOME", str(REPO / "build" / "gem-home"))
 # Extra interpreter flags for every target, e.g. "--yjit" (make test runs the suite with and without)
 SDB_RUBY_ARGS = shlex.split(os.environ.get("SDB_RUBY_ARGS", ""))
 

@@ -19,6 +19,7 @@ from .target import Target, permission_error
 
 DRAIN_INTERVAL_S = 0.1
 STATUS_INTERVAL_S = 0.5
+STALL_GRACE_S = 3.0
 
 
 class Drainer:
@@ -107,6 +108,8 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     status = StatusLine(status_stream, quiet, rate_hz)
+    started = time.monotonic()
+    stalled = False
     thread.start()
     try:
         while thread.is_alive():
@@ -115,12 +118,25 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
             if not _alive(target.pid):
                 sampler.stop()
             status.update(sampler.stats())
-        drainer.drain()
+            # a watchdog that needs nothing from the sampler thread: a recording never outlives its
+            # duration by more than a few seconds, whatever happens to that thread
+            if duration_s and time.monotonic() - started > duration_s + STALL_GRACE_S:
+                sampler.stop()
+                thread.join(STALL_GRACE_S)
+                if thread.is_alive():
+                    stalled = True
+                    break
+        if not stalled:
+            drainer.drain()
     finally:
         for s, h in old.items():
             signal.signal(s, h)
     stats = sampler.stats()
     why = result[0] if result else "stopped"
+    if stalled:
+        why = "stalled"
+        sys.stderr.write(f"sdb: warning: the sampler thread did not stop {duration_s + 2 * STALL_GRACE_S:.0f} s "
+                         f"into a {duration_s:g} s recording; the trace holds what it gathered\n")
     if interrupted:
         why = "interrupted"
     elif why == "stopped" or why == "target-exited":

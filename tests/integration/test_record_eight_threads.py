@@ -48,7 +48,13 @@ def recording(tmp_path_factory):
         target.send("go\n")
         target.wait_for_line("ended", timeout=10)
         after_end = read_registry(target.registry)
-        stdout, stderr = sidecar.communicate(timeout=DURATION_S + 20)
+        try:
+            stdout, stderr = sidecar.communicate(timeout=DURATION_S + 20)
+        except subprocess.TimeoutExpired:
+            sidecar.kill()
+            stdout, stderr = sidecar.communicate()
+            raise AssertionError(f"a {DURATION_S} s recording did not end within {DURATION_S + 20} s; "
+                                 f"sidecar stderr: {stderr!r}") from None
         alive_after = target.alive()
     finally:
         if sidecar is not None and sidecar.poll() is None:
