@@ -186,7 +186,7 @@ cdef enum:
     AREA_JOB_TH = 5
 
 cdef enum:
-    KSTATE_REFRESH_NS = 5000000
+    KSTATE_REFRESH_NS = 20000000
 
 cdef enum:
     EP_GAP = 2048           # ep spans closer than this are read as one (copying beats another iovec)
@@ -891,7 +891,7 @@ cdef class Sampler:
                     c = &self.cache[job.slot]
                     if self.tick_ns - c.kstate_ns >= KSTATE_REFRESH_NS or c.kstate == 0:
                         # a thread's kernel state changes at GVL hand-offs (a 100 ms time slice
-                        # under contention): re-read it at most every 5 ms
+                        # under contention): re-read it at most every 20 ms
                         c.kstate = self.kernel_state(c, job.tid)
                         c.kstate_ns = self.tick_ns
                     k = c.kstate
