@@ -56,7 +56,7 @@ cdef extern from "_sampler_util.h" nogil:
     uint64_t sdb_mix64(uint64_t x)
     uint64_t sdb_xorshift(uint64_t *s)
     int sdb_errno()
-    int ESRCH, EPERM, EFAULT
+    int ESRCH, EPERM, EFAULT, EFBIG
 
 cdef extern from "sdb_registry.h" nogil:
     int SDB_REGISTRY_VERSION
@@ -187,6 +187,7 @@ cdef enum:
 
 cdef enum:
     KSTATE_REFRESH_NS = 20000000
+    MAX_READ = 16777216        # read_memory's limit: 16 MiB
 
 cdef enum:
     EP_GAP = 2048           # ep spans closer than this are read as one (copying beats another iovec)
@@ -569,11 +570,16 @@ cdef class Sampler:
 
     def read_memory(self, uint64_t addr, size_t n):
         """Read n bytes at addr in the target; raises OSError (errno set) on failure or a short read."""
-        cdef bytearray buf = bytearray(n)
-        cdef char *p = buf
+        cdef bytearray buf
+        cdef char *p
         cdef ssize_t got
         if n == 0:
             return b""
+        if n > MAX_READ:
+            # sizes come from the target's memory, which may have changed under us: never allocate blindly
+            raise OSError(EFBIG, f"refusing to read {n} bytes at 0x{addr:x} (more than {MAX_READ})")
+        buf = bytearray(n)
+        p = buf
         with nogil:
             got = self.read1(addr, p, n)
         if got < 0:

@@ -20,6 +20,7 @@ IMEMO_MENT = 6
 ID_ENTRY_UNIT = 512  # symbol.c: ids is an Array of 512-entry chunks of [String, Symbol] pairs
 MAX_STRING = 64 * 1024
 IMM_TABLE = 54  # succ_index_table: ranks of the first 54 positions are kept immediately
+MAX_ISEQ_SIZE = 1 << 22  # instruction words; larger means the ISeq was freed and its memory reused
 
 
 class RemoteReadError(Exception):
@@ -177,6 +178,8 @@ class RemoteRuby:
             else:
                 first_line = struct.unpack_from("<i", b, L["body_first_lineno"])[0]
             n = struct.unpack_from("<I", b, L["body_insns_info_size"])[0]
+            if size > MAX_ISEQ_SIZE or n > size + 1:
+                raise RemoteReadError(f"ISeq 0x{iseq:x} has implausible sizes ({size} words, {n} lines)")
             entries_ptr = struct.unpack_from("<Q", b, L["body_insns_info_body"])[0]
             succ_ptr = struct.unpack_from("<Q", b, L["body_insns_info_succ_table"])[0]
             esz, lofs = L["insn_info_entry_size"], L["insn_info_line_no"]
