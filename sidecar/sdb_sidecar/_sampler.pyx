@@ -157,19 +157,15 @@ cdef enum:
     KIND_OTHER = 2
     KIND_TRUNCATED = 3
 
-# Frame magic (ep[0] & 0x7fff0001), stable across Ruby 3.x (vm_core.h).
+# Frame magic (ep[0] & 0x7fff0001) the checks use, stable across Ruby 3.x (vm_core.h).
 cdef enum:
     MAGIC_MASK = 0x7fff0001
     MAGIC_METHOD = 0x11110001
-    MAGIC_BLOCK = 0x22220001
-    MAGIC_CLASS = 0x33330001
     MAGIC_TOP = 0x44440001
     MAGIC_CFUNC = 0x55550001
     MAGIC_IFUNC = 0x66660001
     MAGIC_EVAL = 0x77770001
-    MAGIC_RESCUE = 0x78880001
     MAGIC_DUMMY = 0x79990001
-    FLAG_CFRAME = 0x80
 
 cdef enum:
     STATE_UNKNOWN = 0
@@ -206,7 +202,6 @@ cdef enum:
     R_OK = 0
     R_TORN = 1      # a check failed: retry, then count as torn
     R_GONE = 2      # the thread left (or its slot changed) during the read
-    R_SKIP = 3      # nothing to sample (slot free, or being written)
     R_FATAL = 4     # the target is gone or unreadable: stop
 
 
@@ -486,7 +481,7 @@ cdef class Sampler:
     cdef iovec *riov
     # counters (read by stats())
     cdef readonly uint64_t reused                   # samples whose stack needed no read (idle since)
-    cdef readonly uint64_t ticks, late, missed, total_samples, torn, retried, errors, busy, threads_seen
+    cdef readonly uint64_t ticks, late, missed, total_samples, torn, retried, errors, threads_seen
     cdef readonly uint64_t start_ns, last_tick_ns
     cdef readonly uint64_t read_ns_total   # time spent reading stacks (for the benchmark)
 
@@ -1192,8 +1187,7 @@ cdef class Sampler:
             if sdb_load_acquire_u64(&s.gen) == g1:
                 break
         else:
-            self.busy += 1                  # being written right now: next tick
-            return 0
+            return 0                        # being written right now: next tick
         if not copy.live:
             if c.serial != 0:
                 self.thread_event(NULL, 1, c.serial, now)
