@@ -10,4 +10,12 @@ sampler = Extension(
     extra_compile_args=["-O2", "-Wno-unused-function"],
 )
 
-setup(ext_modules=cythonize([sampler], compiler_directives={"language_level": "3"}, quiet=True))
+# the left-right map the eBPF symbolizer will feed and the sampler read (issue #4)
+leftright = Extension(
+    "sdb_sidecar._leftright",
+    sources=["sidecar/sdb_sidecar/_leftright.pyx"],
+    include_dirs=["sidecar/sdb_sidecar"],
+    extra_compile_args=["-O2", "-Wno-unused-function"],
+)
+
+setup(ext_modules=cythonize([sampler, leftright], compiler_directives={"language_level": "3"}, quiet=True))
