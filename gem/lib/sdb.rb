@@ -41,6 +41,16 @@ module Sdb
       end.ruby2_keywords
     end
 
+    def around_exec
+      Sdb.__send__(:__before_exec)
+      begin
+        yield
+      rescue Exception
+        Sdb.__send__(:__after_failed_exec)
+        raise
+      end
+    end
+
     def adopt_running_threads
       main = Thread.main
       Thread.list.each do |th|
@@ -95,13 +105,7 @@ module Sdb
   # exec keeps the pid: drop the registry first, put it back if exec fails.
   module ExecPatch
     def exec(*args)
-      Sdb.__send__(:__before_exec)
-      begin
-        super
-      rescue Exception
-        Sdb.__send__(:__after_failed_exec)
-        raise
-      end
+      Sdb::Internal.around_exec { super }
     end
   end
 
@@ -110,13 +114,7 @@ module Sdb
     private
 
     def exec(*args)
-      Sdb.__send__(:__before_exec)
-      begin
-        super
-      rescue Exception
-        Sdb.__send__(:__after_failed_exec)
-        raise
-      end
+      Sdb::Internal.around_exec { super }
     end
   end
 end

@@ -284,6 +284,16 @@ cdef struct Cluster:        # a span of ep words read with one iovec
     uint64_t hi
     uint64_t arena_off
 
+cdef struct Gathered:       # what the loop gathered since the last drain: handed over whole
+    SampleEnt *samples
+    uint64_t sample_cap, sample_len
+    ThreadEvt *tevts
+    uint64_t tevt_cap, tevt_len
+    AddrEvt *new_iseqs
+    uint64_t new_iseq_cap, new_iseq_len
+    AddrEvt *new_mes
+    uint64_t new_me_cap, new_me_len
+
 cdef struct SlotCache:
     int stat_fd             # /proc/<pid>/task/<tid>/stat, opened when first needed; 0: not open
     int kstate              # its last state letter (0: none yet)
@@ -447,15 +457,7 @@ cdef class Sampler:
     cdef uint64_t arena_cap, arena_len
     cdef uint64_t *me_set               # open addressing set of method entries
     cdef uint64_t me_set_cap, me_count
-    # outputs since last drain
-    cdef SampleEnt *samples
-    cdef uint64_t sample_cap, sample_len
-    cdef ThreadEvt *tevts
-    cdef uint64_t tevt_cap, tevt_len
-    cdef AddrEvt *new_iseqs
-    cdef uint64_t new_iseq_cap, new_iseq_len
-    cdef AddrEvt *new_mes
-    cdef uint64_t new_me_cap, new_me_len
+    cdef Gathered g                      # outputs since the last drain
     # per slot
     cdef SlotCache *cache
     cdef uint32_t nslots
@@ -548,10 +550,10 @@ cdef class Sampler:
         free(self.stack_index)
         free(self.arena)
         free(self.me_set)
-        free(self.samples)
-        free(self.tevts)
-        free(self.new_iseqs)
-        free(self.new_mes)
+        free(self.g.samples)
+        free(self.g.tevts)
+        free(self.g.new_iseqs)
+        free(self.g.new_mes)
         pthread_mutex_destroy(&self.mu)
 
     # ------------------------------------------------------------ remote reads
@@ -645,10 +647,10 @@ cdef class Sampler:
         e.encoded = encoded
         e.size = size
         # a new ISeq, or a reused address: Python reads its symbol
-        if grow(<void **>&self.new_iseqs, &self.new_iseq_cap, self.new_iseq_len + 1, sizeof(AddrEvt)) == 0:
-            self.new_iseqs[self.new_iseq_len].addr = iseq
-            self.new_iseqs[self.new_iseq_len].at_ns = now
-            self.new_iseq_len += 1
+        if grow(<void **>&self.g.new_iseqs, &self.g.new_iseq_cap, self.g.new_iseq_len + 1, sizeof(AddrEvt)) == 0:
+            self.g.new_iseqs[self.g.new_iseq_len].addr = iseq
+            self.g.new_iseqs[self.g.new_iseq_len].at_ns = now
+            self.g.new_iseq_len += 1
         return 1
 
     cdef void note_me(self, uint64_t me, uint64_t now) noexcept nogil:
@@ -680,10 +682,10 @@ cdef class Sampler:
             i = (i + 1) & mask
         self.me_set[i] = me
         self.me_count += 1
-        if grow(<void **>&self.new_mes, &self.new_me_cap, self.new_me_len + 1, sizeof(AddrEvt)) == 0:
-            self.new_mes[self.new_me_len].addr = me
-            self.new_mes[self.new_me_len].at_ns = now
-            self.new_me_len += 1
+        if grow(<void **>&self.g.new_mes, &self.g.new_me_cap, self.g.new_me_len + 1, sizeof(AddrEvt)) == 0:
+            self.g.new_mes[self.g.new_me_len].addr = me
+            self.g.new_mes[self.g.new_me_len].at_ns = now
+            self.g.new_me_len += 1
 
     cdef inline uint64_t frame_hash(self, const FrameEnt *f) noexcept nogil:
         return sdb_mix64(f.iseq * 31 + f.pc * 17 + f.me * 7 + f.kind + 1)
@@ -1093,13 +1095,13 @@ cdef class Sampler:
         return self.emit(job, <uint32_t>sid, now)
 
     cdef int emit(self, const Job *job, uint32_t sid, uint64_t now) noexcept nogil:
-        if grow(<void **>&self.samples, &self.sample_cap, self.sample_len + 1, sizeof(SampleEnt)) != 0:
+        if grow(<void **>&self.g.samples, &self.g.sample_cap, self.g.sample_len + 1, sizeof(SampleEnt)) != 0:
             return R_FATAL
-        self.samples[self.sample_len].t_ns = now
-        self.samples[self.sample_len].serial = job.serial
-        self.samples[self.sample_len].stack = sid
-        self.samples[self.sample_len].state = job.state
-        self.sample_len += 1
+        self.g.samples[self.g.sample_len].t_ns = now
+        self.g.samples[self.g.sample_len].serial = job.serial
+        self.g.samples[self.g.sample_len].stack = sid
+        self.g.samples[self.g.sample_len].state = job.state
+        self.g.sample_len += 1
         self.total_samples += 1
         return R_OK
 
@@ -1119,10 +1121,10 @@ cdef class Sampler:
     # ------------------------------------------------------------ one tick
     cdef void thread_event(self, const sdb_slot *copy, uint32_t ended, uint64_t serial, uint64_t now) noexcept nogil:
         cdef ThreadEvt *e
-        if grow(<void **>&self.tevts, &self.tevt_cap, self.tevt_len + 1, sizeof(ThreadEvt)) != 0:
+        if grow(<void **>&self.g.tevts, &self.g.tevt_cap, self.g.tevt_len + 1, sizeof(ThreadEvt)) != 0:
             return
-        e = &self.tevts[self.tevt_len]
-        self.tevt_len += 1
+        e = &self.g.tevts[self.g.tevt_len]
+        self.g.tevt_len += 1
         memset(e, 0, sizeof(ThreadEvt))
         e.ended = ended
         e.serial = serial
@@ -1341,37 +1343,18 @@ cdef class Sampler:
     # ------------------------------------------------------------ hand-over
     def drain(self):
         """Everything gathered since the last drain, as Python objects (a dict)."""
-        cdef uint64_t i, f0, f1, s0, s1, ns, nt, ni, nm, k
-        cdef SampleEnt *smp = NULL
-        cdef ThreadEvt *tev = NULL
-        cdef AddrEvt *nis = NULL
-        cdef AddrEvt *nms = NULL
+        cdef uint64_t i, f0, f1, s0, s1, k
+        cdef Gathered taken
+        cdef SampleEnt *smp
+        cdef ThreadEvt *tev
         cdef FrameEnt *fr = NULL
         cdef uint32_t *ar = NULL
         cdef StackEnt *st = NULL
         cdef uint64_t arena0, arena1
         with nogil:
             pthread_mutex_lock(&self.mu)
-            smp = self.samples
-            ns = self.sample_len
-            self.samples = NULL
-            self.sample_cap = 0
-            self.sample_len = 0
-            tev = self.tevts
-            nt = self.tevt_len
-            self.tevts = NULL
-            self.tevt_cap = 0
-            self.tevt_len = 0
-            nis = self.new_iseqs
-            ni = self.new_iseq_len
-            self.new_iseqs = NULL
-            self.new_iseq_cap = 0
-            self.new_iseq_len = 0
-            nms = self.new_mes
-            nm = self.new_me_len
-            self.new_mes = NULL
-            self.new_me_cap = 0
-            self.new_me_len = 0
+            taken = self.g
+            memset(&self.g, 0, sizeof(Gathered))
             f0 = self.frames_drained
             f1 = self.frame_count
             fr = <FrameEnt *>malloc((f1 - f0 + 1) * sizeof(FrameEnt))
@@ -1389,6 +1372,8 @@ cdef class Sampler:
             self.frames_drained = f1
             self.stacks_drained = s1
             pthread_mutex_unlock(&self.mu)
+        smp = taken.samples
+        tev = taken.tevts
         try:
             if fr == NULL or st == NULL or ar == NULL:
                 raise MemoryError()
@@ -1400,23 +1385,23 @@ cdef class Sampler:
                 "frame_me": [fr[i].me for i in range(f1 - f0)],
                 "first_stack": s0,
                 "stacks": [[ar[st[i].off - arena0 + k] for k in range(st[i].length)] for i in range(s1 - s0)],
-                "sample_t": [smp[i].t_ns for i in range(ns)],
-                "sample_thread": [smp[i].serial for i in range(ns)],
-                "sample_stack": [smp[i].stack for i in range(ns)],
-                "sample_state": [smp[i].state for i in range(ns)],
+                "sample_t": [smp[i].t_ns for i in range(taken.sample_len)],
+                "sample_thread": [smp[i].serial for i in range(taken.sample_len)],
+                "sample_stack": [smp[i].stack for i in range(taken.sample_len)],
+                "sample_state": [smp[i].state for i in range(taken.sample_len)],
                 "threads": [
                     {"ended": tev[i].ended, "serial": tev[i].serial, "tid": tev[i].tid,
                      "start_ns": tev[i].start_ns, "at_ns": tev[i].at_ns, "flags": tev[i].flags,
                      "name": (<bytes>tev[i].name).decode("utf-8", "replace")}
-                    for i in range(nt)],
-                "new_iseqs": [(nis[i].addr, nis[i].at_ns) for i in range(ni)],
-                "new_mes": [(nms[i].addr, nms[i].at_ns) for i in range(nm)],
+                    for i in range(taken.tevt_len)],
+                "new_iseqs": [(taken.new_iseqs[i].addr, taken.new_iseqs[i].at_ns) for i in range(taken.new_iseq_len)],
+                "new_mes": [(taken.new_mes[i].addr, taken.new_mes[i].at_ns) for i in range(taken.new_me_len)],
             }
         finally:
-            free(smp)
-            free(tev)
-            free(nis)
-            free(nms)
+            free(taken.samples)
+            free(taken.tevts)
+            free(taken.new_iseqs)
+            free(taken.new_mes)
             free(fr)
             free(st)
             free(ar)

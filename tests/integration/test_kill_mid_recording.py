@@ -7,15 +7,22 @@ import time
 from conftest import read_trace, run_symbolize, samples_so_far, stderr_lines, wait_for
 
 
-def test_target_killed_mid_recording_ends_trace_with_target_exited(ruby_target, sidecar_process, tmp_path):
-    # GIVEN a 5 s recording of a running program
+def recording_one_second_in(ruby_target, sidecar_process, tmp_path):
+    """Start parked.rb and a 5 s recording of it; return (target, sidecar, trace path) ~1 s after
+    the first samples reached the trace."""
     target = ruby_target("parked.rb")
     out = tmp_path / "trace.msgpack"
     sidecar = sidecar_process("attach", "--pid", str(target.pid), "-d", "5", "-o", str(out), "--quiet")
     wait_for(lambda: samples_so_far(out) > 0 or sidecar.poll() is not None, 10, what="the first samples")
     time.sleep(1.0)
     assert sidecar.poll() is None, sidecar.communicate()
-    # WHEN the target is SIGKILLed after ~1 s
+    return target, sidecar, out
+
+
+def test_target_killed_mid_recording_ends_trace_with_target_exited(ruby_target, sidecar_process, tmp_path):
+    # GIVEN a 5 s recording of a running program, ~1 s in
+    target, sidecar, out = recording_one_second_in(ruby_target, sidecar_process, tmp_path)
+    # WHEN the target is SIGKILLed
     target.kill()
     killed_at = time.monotonic()
     _, stderr = sidecar.communicate(timeout=10)
@@ -37,14 +44,9 @@ def test_target_killed_mid_recording_ends_trace_with_target_exited(ruby_target, 
 
 def test_sidecar_killed_mid_recording_leaves_a_trace_symbolize_reads_with_a_warning(
         ruby_target, sidecar_process, tmp_path):
-    # GIVEN a 5 s recording of a running program
-    target = ruby_target("parked.rb")
-    out = tmp_path / "trace.msgpack"
-    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-d", "5", "-o", str(out), "--quiet")
-    wait_for(lambda: samples_so_far(out) > 0 or sidecar.poll() is not None, 10, what="the first samples")
-    time.sleep(1.0)
-    assert sidecar.poll() is None, sidecar.communicate()
-    # WHEN the sidecar is SIGKILLed after ~1 s
+    # GIVEN a 5 s recording of a running program, ~1 s in
+    target, sidecar, out = recording_one_second_in(ruby_target, sidecar_process, tmp_path)
+    # WHEN the sidecar is SIGKILLed
     sidecar.send_signal(signal.SIGKILL)
     sidecar.wait(timeout=10)
     # THEN the target is unharmed
