@@ -5,7 +5,11 @@ Groundwork for issue #4: the eBPF symbolizer's thread will write named ISeqs int
 nogil loop will read it."""
 from __future__ import annotations
 
+import pytest
+
 from sdb_sidecar import _leftright
+
+pytestmark = pytest.mark.once  # nothing here depends on the Ruby under test
 
 
 def test_map_returns_what_was_put_through_growth():

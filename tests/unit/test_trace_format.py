@@ -10,6 +10,8 @@ import pytest
 from sdb_trace import (KIND_CFUNC, KIND_RUBY, Corrupt, NewerVersion, NotATrace, TraceReader, TraceWriter,
                        Truncated, iter_samples, load_tables)
 
+pytestmark = pytest.mark.once  # nothing here depends on the Ruby under test
+
 HEADER = {"pid": 4242, "ruby": "3.1.2", "ruby_description": "ruby 3.1.2p20", "layout": "3.1", "rate_hz": 1000,
           "start_mono_ns": 1_000, "start_wall_ns": 1_700_000_000_000_000_000, "hostname": "h",
           "sdb_version": "0.1.0", "command": ["ruby", "app.rb"], "max_depth": 2048}
