@@ -16,7 +16,8 @@ class Exit:
     OUTPUT = 8             # the output path cannot be written
     PERMISSION = 9         # not allowed to read the target's memory
     GEM_DISABLED = 10      # the gem disabled itself in the target (reason given)
-    CHILD_FAILED = 11      # reserved for `record`: the spawned program could not start
+    CHILD_FAILED = 11      # `record`: the program could not be started
+    GEM_NOT_INSTALLED = 12  # `record`: the sdb gem is not installed for the program's Ruby
 
 
 class SdbError(Exception):

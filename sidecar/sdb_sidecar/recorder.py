@@ -78,8 +78,9 @@ def open_output(path: str) -> IO[bytes]:
 
 
 def record(target: Target, out_path: str, rate_hz: float, duration_s: float, quiet: bool,
-           max_depth: int = 2048, status_stream=None) -> dict:
+           max_depth: int = 2048, status_stream=None, on_signal=None) -> dict:
     """Record until duration_s (0: no limit), Ctrl-C/SIGTERM or the target's exit.
+    on_signal(signum), if given, is also called for each SIGINT/SIGTERM (`record` forwards them).
     Returns the closing counts."""
     status_stream = status_stream or sys.stderr
     out = open_output(out_path)
@@ -102,11 +103,13 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
                               daemon=True)
     interrupted = []
 
-    def on_signal(signum, frame):
+    def on_stop_signal(signum, frame):
         interrupted.append(signum)
         sampler.stop()
+        if on_signal is not None:
+            on_signal(signum)
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, on_stop_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     status = StatusLine(status_stream, quiet, rate_hz)
     started = time.monotonic()
     stalled = False
