@@ -18,4 +18,6 @@ leftright = Extension(
     extra_compile_args=["-O2", "-Wno-unused-function"],
 )
 
-setup(ext_modules=cythonize([sampler, leftright], compiler_directives={"language_level": "3"}, quiet=True))
+# include_path: the sampler cimports the left-right map (sdb_sidecar/_leftright.pxd)
+setup(ext_modules=cythonize([sampler, leftright], compiler_directives={"language_level": "3"}, quiet=True,
+                           include_path=["sidecar"]))

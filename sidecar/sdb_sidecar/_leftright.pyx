@@ -12,12 +12,9 @@ are gone (toggling the version in between, so a steady stream of new readers can
 then brings the other copy up to date. A reader therefore never sees an entry being written.
 """
 from libc.stdint cimport uint64_t, int64_t
-from libc.stdlib cimport calloc, free
+from libc.stdlib cimport calloc, malloc, free
 
 cdef extern from "<pthread.h>" nogil:
-    ctypedef struct pthread_mutex_t:
-        pass
-    ctypedef unsigned long pthread_t
     int pthread_mutex_init(pthread_mutex_t *m, void *attr)
     int pthread_mutex_lock(pthread_mutex_t *m)
     int pthread_mutex_unlock(pthread_mutex_t *m)
@@ -42,11 +39,7 @@ cdef extern from *:
     void sdb_lr_store(long *p, long v) nogil
     void sdb_lr_add(long *p, long v) nogil
 
-cdef struct Table:           # open addressing; key 0 is "empty"
-    uint64_t *keys
-    uint64_t *vals
-    uint64_t cap             # a power of two
-    uint64_t count
+# Table, LR and the LeftRightMap class are declared in _leftright.pxd (the sampler cimports them)
 
 
 cdef int table_init(Table *t, uint64_t cap) noexcept nogil:
@@ -99,17 +92,7 @@ cdef inline int table_get(const Table *t, uint64_t k, uint64_t *v) noexcept nogi
     return 0
 
 
-cdef struct LR:
-    Table tables[2]
-    long left_or_right           # which copy readers read
-    long version_index           # which read indicator readers arrive on
-    long readers[2]              # read indicators
-    pthread_mutex_t writer
-    uint64_t writes
-    uint64_t waits
-
-
-cdef inline int lr_get(LR *m, uint64_t k, uint64_t *v) noexcept nogil:
+cdef int lr_get(LR *m, uint64_t k, uint64_t *v) noexcept nogil:
     """Wait-free read (no lock, no GIL). 1 if k is in the map (its value in v)."""
     cdef long vi = sdb_lr_load(&m.version_index)
     cdef int found
@@ -150,8 +133,6 @@ cdef int lr_put_many(LR *m, const uint64_t *ks, const uint64_t *vs, uint64_t n) 
 
 
 cdef class LeftRightMap:
-    cdef LR *m
-
     def __cinit__(self, uint64_t capacity=1024):
         cdef uint64_t cap = 16
         while cap < capacity * 2:
@@ -174,6 +155,36 @@ cdef class LeftRightMap:
             raise ValueError("key 0 is reserved")
         with nogil:
             rc = lr_put_many(self.m, &key, &value, 1)
+        if rc != 0:
+            raise MemoryError()
+
+    def put_many(self, keys, values):
+        """Write pairs as one batch (readers see all of them or none): one wait for readers per batch."""
+        cdef uint64_t n = len(keys), i
+        cdef uint64_t *ks
+        cdef uint64_t *vs
+        cdef int rc
+        if n != <uint64_t>len(values):
+            raise ValueError("keys and values differ in length")
+        if n == 0:
+            return
+        ks = <uint64_t *>malloc(n * sizeof(uint64_t))
+        vs = <uint64_t *>malloc(n * sizeof(uint64_t))
+        if ks == NULL or vs == NULL:
+            free(ks)
+            free(vs)
+            raise MemoryError()
+        try:
+            for i in range(n):
+                ks[i] = keys[i]
+                vs[i] = values[i]
+                if ks[i] == 0:
+                    raise ValueError("key 0 is reserved")
+            with nogil:
+                rc = lr_put_many(self.m, ks, vs, n)
+        finally:
+            free(ks)
+            free(vs)
         if rc != 0:
             raise MemoryError()
 

@@ -27,6 +27,7 @@ from libc.stdio cimport snprintf
 from posix.unistd cimport close as c_close
 from posix.mman cimport mmap, munmap, PROT_READ, MAP_SHARED, MAP_FAILED
 from posix.stat cimport struct_stat, fstat
+from sdb_sidecar._leftright cimport LeftRightMap, lr_get
 
 cdef extern from "<sys/uio.h>" nogil:
     struct iovec:
@@ -141,6 +142,7 @@ cdef extern from "sdb_registry.h" nogil:
         uint32_t slots_offset
         uint32_t pid
         uint32_t status
+        uint32_t gc_active
         uint64_t proc_start_ticks
         uint64_t created_mono_ns
         uint64_t gen
@@ -156,6 +158,7 @@ cdef enum:
     KIND_CFUNC = 1
     KIND_OTHER = 2
     KIND_TRUNCATED = 3
+    KIND_GC = 4             # "(garbage collection)": the thread was in GC, on top of its stack
 
 # Frame magic (ep[0] & 0x7fff0001) the checks use, stable across Ruby 3.x (vm_core.h).
 cdef enum:
@@ -166,6 +169,15 @@ cdef enum:
     MAGIC_IFUNC = 0x66660001
     MAGIC_EVAL = 0x77770001
     MAGIC_DUMMY = 0x79990001
+    ENV_FLAG_LOCAL = 0x2
+
+# imemo types (internal/imemo.h, the same in 3.x): what ep[-2] (cref_or_me) may hold
+cdef enum:
+    IMEMO_CREF = 1
+    IMEMO_SVAR = 2
+    IMEMO_MENT = 6
+    IMEMO_NONE = 0xff       # not an imemo (or unreadable)
+    ME_WALK_MAX = 64        # env levels followed at most (Ruby nests blocks far less deep)
 
 cdef enum:
     STATE_UNKNOWN = 0
@@ -246,6 +258,19 @@ cdef struct RawFrame:       # one frame as read, before interning
     uint64_t pc
     uint64_t ep
     uint64_t ep_off         # where ep[-2..0] landed in the ep arena; NO_EP: not read
+    uint64_t me             # Ruby frames: the callable method entry (rb_vm_frame_method_entry), 0: none
+
+cdef struct MeMemo:         # a Ruby frame's method entry as found last time, root-aligned
+    uint64_t ep
+    uint64_t cref_or_me     # ep[-2]
+    uint64_t prev_ep        # ep[-1]
+    uint64_t me
+
+cdef struct TypeEnt:        # what a cref_or_me value is (first sight read, then cached)
+    uint64_t addr           # 0: empty bucket
+    uint64_t inner          # svar: its cref_or_me
+    uint32_t type           # IMEMO_*
+    uint32_t pad
 
 cdef struct Job:            # one thread being read in this tick
     uint32_t slot
@@ -309,6 +334,9 @@ cdef struct SlotCache:
     uint32_t *prev_ids
     uint32_t prev_stack
     uint32_t has_prev
+    MeMemo *memo            # method entries of the last read's frames, root first
+    uint32_t nmemo
+    uint32_t memo_cap
 
 
 cdef inline uint64_t u64_at(const uint8_t *p, uint32_t off) noexcept nogil:
@@ -457,7 +485,11 @@ cdef class Sampler:
     cdef uint64_t arena_cap, arena_len
     cdef uint64_t *me_set               # open addressing set of method entries
     cdef uint64_t me_set_cap, me_count
+    cdef TypeEnt *types                 # cref_or_me value -> imemo type (first sight: one read)
+    cdef uint64_t type_cap, type_count
+    cdef readonly uint64_t gc_samples   # samples taken while their thread was in GC
     cdef Gathered g                      # outputs since the last drain
+    cdef LeftRightMap named              # ISeqs the eBPF symbolizer named (None: no eBPF)
     # per slot
     cdef SlotCache *cache
     cdef uint32_t nslots
@@ -518,7 +550,9 @@ cdef class Sampler:
         self.stack_index = <uint32_t *>calloc(self.stack_index_cap, sizeof(uint32_t))
         self.me_set_cap = 1024
         self.me_set = <uint64_t *>calloc(self.me_set_cap, sizeof(uint64_t))
-        if (self.cache == NULL or self.ids == NULL
+        self.type_cap = 1024
+        self.types = <TypeEnt *>calloc(self.type_cap, sizeof(TypeEnt))
+        if (self.types == NULL or self.cache == NULL or self.ids == NULL
                 or self.cur == NULL or self.liov == NULL or self.riov == NULL or self.iseqs == NULL
                 or self.frame_index == NULL or self.stack_index == NULL or self.me_set == NULL):
             raise MemoryError()
@@ -532,6 +566,7 @@ cdef class Sampler:
                 self.close_stat(&self.cache[i])
                 free(self.cache[i].prev)
                 free(self.cache[i].prev_ids)
+                free(self.cache[i].memo)
         free(self.cache)
         free(self.rawbuf)
         free(self.raw)
@@ -550,6 +585,7 @@ cdef class Sampler:
         free(self.stack_index)
         free(self.arena)
         free(self.me_set)
+        free(self.types)
         free(self.g.samples)
         free(self.g.tevts)
         free(self.g.new_iseqs)
@@ -564,6 +600,10 @@ cdef class Sampler:
         r.iov_base = <void *>addr
         r.iov_len = n
         return process_vm_readv(self.pid, &l, 1, &r, 1, 0)
+
+    def use_named(self, LeftRightMap named):
+        """ISeqs in `named` (written by the eBPF symbolizer) need no remote read at first sight."""
+        self.named = named
 
     def read_memory(self, uint64_t addr, size_t n):
         """Read n bytes at addr in the target; raises OSError (errno set) on failure or a short read."""
@@ -646,7 +686,9 @@ cdef class Sampler:
         e.addr = iseq
         e.encoded = encoded
         e.size = size
-        # a new ISeq, or a reused address: Python reads its symbol
+        # a new ISeq, or a reused address: Python reads its symbol (unless eBPF named it at birth)
+        if not known and self.named is not None and lr_get(self.named.m, iseq, &encoded):
+            return 1
         if grow(<void **>&self.g.new_iseqs, &self.g.new_iseq_cap, self.g.new_iseq_len + 1, sizeof(AddrEvt)) == 0:
             self.g.new_iseqs[self.g.new_iseq_len].addr = iseq
             self.g.new_iseqs[self.g.new_iseq_len].at_ns = now
@@ -948,16 +990,25 @@ cdef class Sampler:
                 r.pc = u64_at(base, f * self.L.cfp_size + self.L.cfp_pc)
                 r.ep = u64_at(base, f * self.L.cfp_size + self.L.cfp_ep)
                 r.ep_off = NO_EP
-                if (r.iseq != 0 and r.pc != 0) or r.ep < 16:
+                r.me = 0
+                if r.ep < 16:
                     continue
                 lo = r.ep - 16
                 hi = r.ep + 8
-                if cl != NULL and lo + EP_GAP >= cl.lo and hi <= cl.hi + EP_GAP and hi - cl.lo <= EP_SPAN_MAX \
-                        and cl.hi - lo <= EP_SPAN_MAX:
+                # the job's spans so far (few: its VM stack, and heap envs of escaped blocks)
+                cl = NULL
+                for k in range(<int>job.cluster0, <int>nclusters):
+                    if lo + EP_GAP >= self.clusters[k].lo and hi <= self.clusters[k].hi + EP_GAP \
+                            and hi - self.clusters[k].lo <= EP_SPAN_MAX and self.clusters[k].hi - lo <= EP_SPAN_MAX:
+                        cl = &self.clusters[k]
+                        break
+                if cl != NULL:
                     if lo < cl.lo:
                         cl.lo = lo
                     if hi > cl.hi:
                         cl.hi = hi
+                    r.ep_off = <uint64_t>(cl - self.clusters)
+                    continue
                 else:
                     if grow(<void **>&self.clusters, &self.cluster_cap, nclusters + 1, sizeof(Cluster)) != 0:
                         return -1
@@ -987,7 +1038,144 @@ cdef class Sampler:
             self.add_req(job.ec + self.L.ec_cfp, 8, AREA_JOB_CFP2, 0, j, R_TORN)
         if self.nreq and self.run_reqs() != 0:
             return -1
+        # 3b. (reads only at first sight) the method entry of every Ruby frame
+        for j in range(first, first + n):
+            if self.jobs[j].result == R_OK:
+                self.find_mes(&self.jobs[j])
         return 0
+
+    # ------------------------------------------------------------ method entries of Ruby frames
+    # Ruby's rb_vm_frame_method_entry: from the frame's ep, while the env is not local
+    # (ep[0] & VM_ENV_FLAG_LOCAL), ep[-2] is the method entry if it is an imemo_ment, else go to
+    # the previous env (ep[-1] & ~3); at the local env ep[-2] is a ment, a cref (no method) or an
+    # svar holding cref_or_me. The ep words come from phase 3's spans (one VM stack: the
+    # previous env of a block is mostly a deeper frame's, already read); heap envs (escaped
+    # blocks, procs) not in the spans and the type of each ep[-2] value are read at first sight.
+    cdef uint32_t value_type(self, uint64_t v, uint64_t *inner) noexcept nogil:
+        cdef uint64_t mask, i, oldcap, j
+        cdef TypeEnt *old
+        cdef uint64_t buf[2]
+        cdef uint32_t t
+        inner[0] = 0
+        if v < 4096 or (v & 7):
+            return IMEMO_NONE           # Qfalse, Qnil, special constants
+        mask = self.type_cap - 1
+        i = sdb_mix64(v) & mask
+        while self.types[i].addr != 0:
+            if self.types[i].addr == v:
+                inner[0] = self.types[i].inner
+                return self.types[i].type
+            i = (i + 1) & mask
+        t = IMEMO_NONE
+        if self.read1(v, buf, 16) == 16 and (buf[0] & 0x1f) == 0x1a:
+            t = <uint32_t>((buf[0] >> 12) & 0xf)
+            if t == IMEMO_SVAR:
+                inner[0] = buf[1]
+        elif self.read1(v, buf, 8) != 8:
+            return IMEMO_NONE           # unreadable now: not cached
+        if (self.type_count + 1) * 2 > self.type_cap:
+            old = self.types
+            oldcap = self.type_cap
+            self.types = <TypeEnt *>calloc(oldcap * 2, sizeof(TypeEnt))
+            if self.types == NULL:
+                self.types = old
+                return t
+            self.type_cap = oldcap * 2
+            mask = self.type_cap - 1
+            for j in range(oldcap):
+                if old[j].addr != 0:
+                    i = sdb_mix64(old[j].addr) & mask
+                    while self.types[i].addr != 0:
+                        i = (i + 1) & mask
+                    self.types[i] = old[j]
+            free(old)
+            i = sdb_mix64(v) & mask
+            while self.types[i].addr != 0:
+                i = (i + 1) & mask
+        self.types[i].addr = v
+        self.types[i].type = t
+        self.types[i].inner = inner[0]
+        self.type_count += 1
+        return t
+
+    cdef inline uint64_t check_me(self, uint64_t v, int can_be_svar) noexcept nogil:
+        """Ruby's check_method_entry: v if it is a method entry, the svar's one, else 0."""
+        cdef uint64_t inner
+        cdef uint32_t t = self.value_type(v, &inner)
+        if t == IMEMO_MENT:
+            return v
+        if t == IMEMO_SVAR and can_be_svar and self.value_type(inner, &inner) == IMEMO_MENT:
+            return inner
+        return 0
+
+    cdef uint64_t env_me(self, const Job *job, const uint64_t *epd) noexcept nogil:
+        """The method entry for a frame whose ep[-2..0] are epd[0..2]."""
+        cdef uint64_t words[3]
+        cdef uint64_t me, p
+        cdef uint32_t level, k
+        cdef const Cluster *cl
+        cdef const uint64_t *d = epd
+        for level in range(ME_WALK_MAX):
+            if d[2] & ENV_FLAG_LOCAL:
+                return self.check_me(d[0], 1)
+            me = self.check_me(d[0], 0)
+            if me != 0:
+                return me
+            p = d[1] & ~(<uint64_t>3)
+            if p < 16:
+                return 0
+            d = NULL
+            for k in range(job.cluster0, job.cluster1):
+                cl = &self.clusters[k]
+                if p - 16 >= cl.lo and p + 8 <= cl.hi:
+                    d = <const uint64_t *>(self.eparena + cl.arena_off + (p - 16 - cl.lo))
+                    break
+            if d == NULL:
+                if self.read1(p - 16, words, 24) != 24:     # a heap env
+                    return 0
+                d = words
+        return 0
+
+    cdef void find_mes(self, Job *job) noexcept nogil:
+        cdef SlotCache *c = &self.cache[job.slot]
+        cdef RawFrame *r
+        cdef const uint64_t *epd
+        cdef MeMemo *m
+        cdef uint32_t j, k, cs
+        cdef int memo = not job.truncated
+        if memo and c.memo_cap < job.nf + 1:
+            cs = job.nf + 16
+            m = <MeMemo *>realloc(c.memo, cs * sizeof(MeMemo))
+            if m == NULL:
+                memo = 0
+            else:
+                c.memo = m
+                c.memo_cap = cs
+        for j in range(job.nf):
+            r = &self.raw[job.frame0 + j]
+            if r.iseq == 0 or r.pc == 0 or r.ep_off == NO_EP:
+                continue
+            epd = <const uint64_t *>(self.eparena + r.ep_off)
+            k = job.nf - 1 - j                                   # root-aligned
+            if memo and k < c.nmemo:
+                m = &c.memo[k]
+                if m.ep == r.ep and m.cref_or_me == epd[0] and m.prev_ep == epd[1]:
+                    r.me = m.me                                  # the same env as last time
+                    continue
+            r.me = self.env_me(job, epd)
+        if memo:
+            for j in range(job.nf):
+                r = &self.raw[job.frame0 + j]
+                m = &c.memo[job.nf - 1 - j]
+                m.ep = r.ep if r.ep_off != NO_EP and r.iseq != 0 and r.pc != 0 else 0
+                if m.ep:
+                    epd = <const uint64_t *>(self.eparena + r.ep_off)
+                    m.cref_or_me = epd[0]
+                    m.prev_ep = epd[1]
+                    m.me = r.me
+            c.nmemo = job.nf
+        else:
+            c.nmemo = 0
 
     cdef int finish_job(self, Job *job, uint64_t now) noexcept nogil:
         """Phase 4 for one job: checks, interning, the sample. Returns an R_* outcome."""
@@ -1008,6 +1196,17 @@ cdef class Sampler:
 
         # classify and check, innermost first
         n_out = 0
+        if job.state == STATE_RUNNING and sdb_load_relaxed_u32(&self.reg.hdr.gc_active):
+            # the VM is in GC (the gem's GC_ENTER/GC_EXIT hook keeps this word) and this thread
+            # holds the GVL: it is the one collecting
+            f = &self.cur[0]
+            f.kind = KIND_GC
+            f.iseq = 0
+            f.pc = 0
+            f.me = 0
+            f.pad = 0
+            n_out = 1
+            self.gc_samples += 1
         for j in range(job.nf):
             r = &self.raw[job.frame0 + j]
             f = &self.cur[n_out]
@@ -1016,7 +1215,7 @@ cdef class Sampler:
                 f.kind = KIND_RUBY          # checked below: a real ISeq with pc inside it
                 f.iseq = r.iseq
                 f.pc = r.pc
-                f.me = 0
+                f.me = r.me
                 n_out += 1
                 continue
             if r.ep_off == NO_EP:
@@ -1066,6 +1265,7 @@ cdef class Sampler:
             if f.kind == KIND_RUBY:
                 if not self.check_iseq(f.iseq, f.pc, now):
                     return R_TORN
+                self.note_me(f.me, now)
             elif f.kind == KIND_CFUNC:
                 self.note_me(f.me, now)
             fid = self.intern_frame(f)
@@ -1205,6 +1405,7 @@ cdef class Sampler:
             c.gen = g1
             c.ec = 0
             c.has_prev = 0
+            c.nmemo = 0
             self.threads_seen += 1
             self.thread_event(&copy, 0, copy.serial, now)
         elif c.gen != g1:
@@ -1409,7 +1610,7 @@ cdef class Sampler:
 
     def stats(self):
         return {"ticks": self.ticks, "late": self.late, "missed": self.missed, "samples": self.total_samples, "torn": self.torn,
-                "retried": self.retried, "errors": self.errors, "reused": self.reused, "threads": self.threads_seen,
+                "retried": self.retried, "errors": self.errors, "gc_samples": self.gc_samples, "reused": self.reused, "threads": self.threads_seen,
                 "start_ns": self.start_ns, "last_tick_ns": self.last_tick_ns,
                 "read_ns_total": self.read_ns_total}
 

@@ -1,0 +1,226 @@
+"""The eBPF symbolizer: ISeqs named at birth, from probes in the target's own Ruby.
+
+`bpf/iseq_events.c` is compiled once per attach with bcc, with the layout row the gem published as
+constants, and attached (for the target process alone) as uretprobes on the functions that return
+a new ISeq, plus a uprobe on GC compaction's object mover where the build lets us find it
+(`probes.py` says which). A thread of this module reads the events, writes the new ISeq addresses
+into the left-right map in one batch per poll (the sampler's nogil loop reads it and skips the
+remote read of ISeqs named here), and queues them for the Drainer, which writes `iseq` records
+with `source: "ebpf"` and the event's own time.
+
+Anything missing (not root, no bcc, no kernel headers, no uprobes, no probe point in the target)
+raises `EbpfUnavailable` with the reason: the caller prints one notice and the remote-read path
+names everything.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Deque, Dict, List, Optional, Tuple
+
+from . import probes
+
+BPF_SOURCE = Path(__file__).resolve().parent.parent.parent / "bpf" / "iseq_events.c"
+NA = 0xFFFF
+EV_NEW, EV_MOVE = 1, 2
+F_TRUNCATED, F_UNREADABLE, F_NO_REALPATH = 1, 2, 4
+NSTR = 4
+POLL_MS = 50
+PAGES = 256                 # perf buffer pages per CPU (1 MiB): a boot's burst of events fits
+
+
+class EbpfUnavailable(Exception):
+    """eBPF cannot be used for this target; the message says why."""
+
+
+class EventHdr(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_uint32), ("flags", ctypes.c_uint32), ("time_ns", ctypes.c_uint64),
+                ("addr", ctypes.c_uint64), ("addr2", ctypes.c_uint64), ("type", ctypes.c_uint32),
+                ("first_line", ctypes.c_int32), ("len", ctypes.c_uint16 * NSTR), ("probe", ctypes.c_uint32),
+                ("pad", ctypes.c_uint32)]
+
+
+HDR_SIZE = ctypes.sizeof(EventHdr)
+
+
+def bpf_cflags(layout: dict, pid: int) -> List[str]:
+    """The layout row as -D constants of the BPF program."""
+    L = layout
+    consts = {
+        "TARGET_TGID": pid,
+        "ISEQ_BODY": L["iseq_body"],
+        "BODY_TYPE": L["body_type"], "BODY_PATHOBJ": L["body_pathobj"], "BODY_BASE_LABEL": L["body_base_label"],
+        "BODY_LABEL": L["body_label"], "BODY_FIRST_LINENO": L["body_first_lineno"],
+        "FIRST_LINENO_FIXNUM": 1 if L["body_first_lineno_is_fixnum"] else 0,
+        "RSTR_NOEMBED_BIT": L["rstring_noembed_bit"], "RSTR_HEAP_LEN": L["rstring_heap_len"],
+        "RSTR_HEAP_PTR": L["rstring_heap_ptr"], "RSTR_EMBED_LEN": L["rstring_embed_len"],
+        "RSTR_EMBED_ARY": L["rstring_embed_ary"], "RSTR_EMBED_LEN_SHIFT": L["rstring_embed_len_shift"],
+        "RSTR_EMBED_LEN_MASK": L["rstring_embed_len_mask"],
+        "RARY_EMBED_BIT": L["rarray_embed_bit"], "RARY_EMBED_LEN_SHIFT": L["rarray_embed_len_shift"],
+        "RARY_EMBED_LEN_MASK": L["rarray_embed_len_mask"], "RARY_EMBED_ARY": L["rarray_embed_ary"],
+        "RARY_HEAP_LEN": L["rarray_heap_len"], "RARY_HEAP_PTR": L["rarray_heap_ptr"],
+    }
+    return [f"-D{k}={int(v)}" for k, v in consts.items()]
+
+
+def _import_bcc():
+    try:
+        from bcc import BPF  # Debian's python3-bpfcc, reached from the venv by a .pth
+    except ImportError:
+        raise EbpfUnavailable("the bcc Python module is not installed (Debian: python3-bpfcc)") from None
+    return BPF
+
+
+def check_available() -> None:
+    """Cheap checks before compiling anything."""
+    if os.geteuid() != 0:
+        raise EbpfUnavailable("not running as root")
+    if not os.path.exists("/sys/bus/event_source/devices/uprobe"):
+        raise EbpfUnavailable("the kernel has no uprobes")
+    if not os.path.exists(f"/lib/modules/{os.uname().release}/build"):
+        raise EbpfUnavailable(f"no kernel headers for {os.uname().release} (/lib/modules/.../build)")
+    _import_bcc()
+
+
+class EbpfSymbolizer:
+    """Compiles, attaches, and reads ISeq events of one target until close()."""
+
+    def __init__(self, pid: int, layout: dict, named):
+        self.pid = pid
+        self.layout = layout
+        self.named = named                       # the LeftRightMap the sampler reads
+        self.records: Deque[dict] = deque()      # for the Drainer, in event order
+        self.lost = 0                            # events the kernel dropped (perf buffer full)
+        self.counts: Dict[str, int] = {}         # events per probe symbol
+        self._known: Dict[int, tuple] = {}       # addr -> the name last sent for it
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._bpf = None
+        self.obj: Optional[probes.RubyObject] = None
+
+    # ------------------------------------------------------------ setup
+    def start(self) -> None:
+        check_available()
+        BPF = _import_bcc()
+        try:
+            self.obj = probes.find_ruby_object(self.pid)
+        except probes.ProbeError as e:
+            raise EbpfUnavailable(str(e)) from None
+        creators = self.obj.creators
+        src = BPF_SOURCE.read_text()
+        entry = "".join(f"int iseq_created_{i}(struct pt_regs *ctx) {{ return iseq_created(ctx, {i}); }}\n"
+                        for i in range(len(creators)))
+        src = src.replace("\nPROBE_FUNCTIONS\n", "\n" + entry)
+        try:
+            self._bpf = BPF(text=src, cflags=bpf_cflags(self.layout, self.pid))
+        except Exception as e:  # bcc raises a bare Exception for a failed compile or load
+            raise EbpfUnavailable(f"the eBPF program did not load: {str(e).splitlines()[0] if str(e) else e}") \
+                from None
+        try:
+            for i, p in enumerate(creators):
+                self._bpf.attach_uretprobe(name=self.obj.open_path, addr=p.vaddr, fn_name=f"iseq_created_{i}",
+                                           pid=self.pid)
+            if self.obj.mover is not None:
+                self._bpf.attach_uprobe(name=self.obj.open_path, addr=self.obj.mover.vaddr, fn_name="iseq_moved",
+                                        pid=self.pid)
+            self._bpf["events"].open_perf_buffer(self._on_event, page_cnt=PAGES, lost_cb=self._on_lost)
+        except Exception as e:
+            self.close()
+            raise EbpfUnavailable(f"cannot attach uprobes to {self.obj.path}: {e}") from None
+        self._batch_keys: List[int] = []
+        self._batch_vals: List[int] = []
+        self._thread = threading.Thread(target=self._run, name="sdb-ebpf", daemon=True)
+        self._thread.start()
+
+    def describe(self) -> str:
+        """One line: what is probed where."""
+        o = self.obj
+        names = ", ".join(p.symbol for p in o.creators)
+        mover = o.mover.symbol if o.mover else "none (GC moves are seen by remote reads)"
+        missing = f"; not probeable in this build: {', '.join(o.missing)}" if o.missing else ""
+        return f"eBPF probes in {o.path}: {names}; mover: {mover}{missing}"
+
+    # ------------------------------------------------------------ events
+    def _on_lost(self, n):
+        self.lost += n
+
+    def _on_event(self, cpu, data, size):
+        h = ctypes.cast(data, ctypes.POINTER(EventHdr)).contents
+        if h.kind == EV_MOVE:
+            self._moved(h.addr, h.addr2, h.time_ns)
+            return
+        if h.kind != EV_NEW:
+            return
+        sym = self.obj.creators[h.probe].symbol if h.probe < len(self.obj.creators) else "?"
+        self.counts[sym] = self.counts.get(sym, 0) + 1
+        if h.flags & (F_TRUNCATED | F_UNREADABLE):
+            # the Drainer reads this one remotely (a string longer than the probe copies, or a page
+            # the probe could not read)
+            self._known.pop(h.addr, None)
+            self.records.append({"kind": "remote", "addr": h.addr, "at_ns": h.time_ns, "probe": sym})
+            return
+        raw = ctypes.string_at(data + HDR_SIZE, sum(h.len))
+        strs, off = [], 0
+        for n in h.len:
+            strs.append(raw[off:off + n].decode("utf-8", "replace"))
+            off += n
+        label, base_label, path, realpath = strs
+        if h.flags & F_NO_REALPATH:
+            realpath = None
+        info = (label, base_label, path, realpath, h.first_line, h.type)
+        if self._known.get(h.addr) == info:
+            return              # the binary loader hands out ISeqs it already loaded
+        self._known[h.addr] = info
+        self._batch_keys.append(h.addr)
+        self._batch_vals.append(h.time_ns)
+        self.records.append({"kind": "new", "addr": h.addr, "at_ns": h.time_ns, "probe": sym,
+                             "label": label, "base_label": base_label, "path": path, "realpath": realpath,
+                             "first_line": h.first_line, "type": h.type})
+
+    def _moved(self, old: int, new: int, t_ns: int) -> None:
+        info = self._known.pop(old, None)
+        if info is not None:
+            self._known[new] = info
+            self._batch_keys.append(new)
+            self._batch_vals.append(t_ns)
+        self.records.append({"kind": "move", "addr": new, "from": old, "at_ns": t_ns})
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._bpf.perf_buffer_poll(timeout=POLL_MS)
+            except Exception:
+                if self._stop.is_set():
+                    return
+                raise
+            self._publish()
+
+    def _publish(self) -> None:
+        if self._batch_keys:
+            keys, vals = self._batch_keys, self._batch_vals
+            self._batch_keys, self._batch_vals = [], []
+            self.named.put_many(keys, vals)
+
+    def take(self) -> List[dict]:
+        out = []
+        while self.records:
+            out.append(self.records.popleft())
+        return out
+
+    def close(self) -> None:
+        """Stop reading, read what is left, detach every probe."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+            try:
+                self._bpf.perf_buffer_poll(timeout=0)
+                self._publish()
+            except Exception:
+                pass
+        if self._bpf is not None:
+            self._bpf.cleanup()
+            self._bpf = None
