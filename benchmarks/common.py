@@ -134,3 +134,74 @@ def proc_cpu_ns(pid: int) -> dict:
         except (OSError, ValueError):
             pass
     return out
+
+
+def gem_env(cfg, **extra) -> dict:
+    """The environment of a Ruby that loads the sdb gem the way a user's does (GEM_HOME from --gem-home,
+    else the Ruby's own gem dir) and still finds Debian's gems (Rails, puma, stackprof): the
+    trailing ':' in GEM_PATH keeps RubyGems' default path after the given one."""
+    env = dict(os.environ, **{k: str(v) for k, v in extra.items()})
+    if cfg.gem_home:
+        env.update(GEM_HOME=cfg.gem_home, GEM_PATH=cfg.gem_home + ":")
+    return env
+
+
+def cpu_ns(pid: int) -> int:
+    """On-CPU time of the whole process pid so far, in ns (the sum of proc_cpu_ns)."""
+    return sum(proc_cpu_ns(pid).values())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@contextmanager
+def sidecar(pid: int, rate: float, out: str, cpu: int = SAMPLER_CPU, timeout: float = 20.0):
+    """`sdb-sidecar attach` on pid at rate Hz, pinned to cpu, recording into out until the block
+    ends (then SIGINT, as Ctrl-C). Yields the Popen once the recording has begun (trace file there);
+    afterwards p.end holds the trace's end record, p.rate_hz the achieved tick rate and p.rusage_s the
+    sidecar's user+sys CPU seconds."""
+    cmd = taskset(cpu) + [os.path.join(BIN, "sdb-sidecar"), "attach", "--pid", str(pid), "--rate", str(rate),
+                          "-o", out, "--quiet"]
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
+    try:
+        # begun = the trace grew past its header (the first drain, 100 ms into sampling), or 1 s after
+        # the header if nothing was drained yet
+        deadline, header = time.monotonic() + timeout, None
+        while True:
+            if p.poll() is not None:
+                raise RuntimeError(f"sdb-sidecar exited with {p.returncode}: {p.stderr.read().strip()}")
+            size = os.path.getsize(out) if os.path.exists(out) else 0
+            if size and header is None:
+                header = (size, time.monotonic())
+            if header and (size > header[0] or time.monotonic() > header[1] + 1.0):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("sdb-sidecar did not start recording")
+            time.sleep(0.02)
+        yield p
+    finally:
+        # a target that exited ends the recording by itself (a SIGINT then could cut its closing short)
+        if p.poll() is None and _alive(pid):
+            p.send_signal(signal.SIGINT)
+        try:
+            _, status, ru = os.wait4(p.pid, 0)
+            p.returncode = os.waitstatus_to_exitcode(status)
+            p.rusage_s = ru.ru_utime + ru.ru_stime
+        except ChildProcessError:
+            p.rusage_s = 0.0
+        err = p.stderr.read()
+        p.stderr.close()
+    if p.returncode != 0:
+        raise RuntimeError(f"sdb-sidecar exited with {p.returncode}: {err.strip()}")
+    from sdb_trace import TraceReader
+    with TraceReader(out) as r:
+        for _ in r.records():
+            pass
+        p.end = r.end or {}
+        span_s = (p.end.get("at_ns", 0) - r.header.get("start_mono_ns", 0)) / 1e9
+        p.rate_hz = p.end.get("ticks", 0) / span_s if span_s > 0 else 0.0  # achieved, over the whole recording

@@ -1,0 +1,52 @@
+# cpu_micro's target. ruby recursion.rb PROFILER WORKLOAD SIZE [STACKPROF_OUT]
+#   PROFILER  none (sdb not loaded) | sdb (require "sdb") | stackprof-wall | stackprof-cpu (1 ms, raw off)
+#   WORKLOAD  loop: 150 frames of recursion around a tight loop of SIZE iterations, repeated 20 times
+#             threads: SIZE times Thread.new { }.join
+# Prints "ready <pid>", waits for a line on stdin, runs the workload once and prints
+# "result <seconds>" (monotonic clock around the workload only), then exits when stdin closes.
+profiler, workload, size, stackprof_out = ARGV
+size = Integer(size)
+require "sdb" if profiler == "sdb"
+require "stackprof" if profiler.start_with?("stackprof")
+
+DEPTH = 150
+
+def descend(depth, iterations)
+  return spin(iterations) if depth.zero?
+
+  descend(depth - 1, iterations)
+end
+
+def spin(iterations)
+  i = 0
+  x = 0
+  while i < iterations
+    x += i & 7
+    i += 1
+  end
+  x
+end
+
+def loop_workload(iterations)
+  20.times { descend(DEPTH - 2, iterations / 20) } # -2: main and loop_workload's block are frames too
+end
+
+def threads_workload(count)
+  count.times { Thread.new {}.join }
+end
+
+work = workload == "threads" ? -> { threads_workload(size) } : -> { loop_workload(size) }
+$stdout.puts "ready #{Process.pid}"
+$stdout.flush
+$stdin.gets
+t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+if profiler.start_with?("stackprof")
+  mode = profiler == "stackprof-wall" ? :wall : :cpu
+  StackProf.run(mode: mode, interval: 1000, raw: false, out: stackprof_out, &work)
+else
+  work.call
+end
+elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
+$stdout.puts "result #{elapsed}"
+$stdout.flush
+$stdin.gets # exit when stdin closes (a profiler attached from outside ends its recording first)
