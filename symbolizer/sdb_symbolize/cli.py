@@ -8,12 +8,11 @@ import argparse
 import os
 import sys
 
-from sdb_trace import (STATE_BLOCKED, STATE_NAMES, STATE_UNKNOWN, Corrupt, NewerVersion, NotATrace, TraceError,
-                       Truncated, iter_samples, load_tables)
+from sdb_trace import Corrupt, NewerVersion, TraceError, Truncated, load_tables
 
 from . import __version__
 from .reporters import REPORTERS
-from .resolve import Frame, Resolver, thread_label
+from .samples import FilterError, Options, Progress, SamplePass
 
 
 class Exit:
@@ -39,6 +38,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "as py-spy does")
     p.add_argument("--states", action="store_true",
                    help="put each sample's thread state (running, waiting for GVL, blocked) as its root frame")
+    p.add_argument("--thread", action="append", metavar="NAME|ID",
+                   help="only this thread: its name, Linux thread id or serial (repeatable)")
+    p.add_argument("--from", dest="from_s", type=float, metavar="SECONDS",
+                   help="only samples taken at least this long after the recording started")
+    p.add_argument("--to", dest="to_s", type=float, metavar="SECONDS",
+                   help="only samples taken at most this long after the recording started")
+    p.add_argument("--no-lines", dest="lines", action="store_false",
+                   help="aggregate by function: frames without their line")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no progress line on stderr (it shows only on a terminal, for long runs)")
     p.add_argument("--version", action="version", version=f"sdb {__version__}")
     return p
 
@@ -69,32 +78,26 @@ def run(args) -> int:
         raise TraceError(f"{args.trace}: no such file")
     tables = load_tables(args.trace)
     reporter = REPORTERS[args.format](tables.header, args)
-    resolver = Resolver(tables)
-    labels = {s: thread_label(th, s) for s, th in tables.threads.items()}
-
-    state_frames = {st: Frame(f"({name})", None, 0) for st, name in STATE_NAMES.items()}
-
-    def on_batch(base, dts, threads, stacks, states):
-        for dt, th, sid, st in zip(dts, threads, stacks, states):
-            if st == STATE_BLOCKED and not args.idle:
-                continue
-            label = labels.get(th) or thread_label(None, th)
-            frames = resolver.stack(sid, base + dt)
-            if args.states:
-                frames = (state_frames.get(st, state_frames[STATE_UNKNOWN]),) + frames
-            reporter.add(label, frames, st, base + dt, 1)
-
-    iter_samples(args.trace, on_batch, limit=tables.good_sample_records)
     try:
-        out = sys.stdout if args.output == "-" else open(args.output, "wb" if reporter.binary else "w")
+        samples = SamplePass(args.trace, tables, Options.from_args(args))
+    except FilterError as e:
+        sys.stderr.write(f"sdb-symbolize: error: {e}\n")
+        return Exit.USAGE
+    try:
+        out = sys.stdout if args.output == "-" else (open(args.output, "wb") if reporter.binary else open(args.output, "w", encoding="utf-8"))
     except OSError as e:
         sys.stderr.write(f"sdb-symbolize: error: cannot write {args.output}: {e.strerror}\n")
         return Exit.OUTPUT
+    stream = out.buffer if reporter.binary and out is sys.stdout else out
     try:
-        reporter.render(out.buffer if reporter.binary and out is sys.stdout else out)
+        reporter.start(stream)
+        samples.run(reporter, Progress(tables.sample_count) if args.progress else None)
+        reporter.render(stream)
     finally:
         if out is not sys.stdout:
             out.close()
+        else:
+            out.flush()
     if tables.error is not None:
         sys.stderr.write(f"sdb-symbolize: error: {tables.error} ({tables.sample_count} samples before it "
                          f"were written)\n")

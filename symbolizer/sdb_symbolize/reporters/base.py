@@ -1,23 +1,36 @@
 from __future__ import annotations
 
-from typing import IO, Tuple
+from typing import IO, Optional
 
-from ..resolve import Frame
+from ..samples import Stack, Thread
 
 
 class Reporter:
-    """The one interface every output format implements."""
+    """The one interface every output format implements.
+
+    The command hands samples to `add()` and then calls `render(out)` once; a reporter never opens
+    files or parses arguments. An aggregating reporter (timeline = False) gets one `add()` per
+    distinct (thread, stack, state) with its count, in no particular order, and t_ns None; a
+    timeline reporter gets every sample in time order (count 1, t_ns its time). `start(out)` comes
+    first, for reporters that write as samples arrive (memory stays flat)."""
 
     name = ""            # --format value
     extension = ""       # default file extension
     binary = False       # render() writes bytes, not text
+    timeline = False     # wants every sample, in time order
 
     def __init__(self, header: dict, options):
         self.header = header
         self.options = options
+        rate = header.get("rate_hz") or 1000
+        self.period_ns = int(round(1e9 / rate))   # what one sample weighs in time
+        self.out: Optional[IO] = None
 
-    def add(self, thread: str, stack: Tuple[Frame, ...], state: int, t_ns: int, count: int) -> None:
-        """One sample (or `count` identical ones): thread label, named frames root first."""
+    def start(self, out: IO) -> None:
+        self.out = out
+
+    def add(self, thread: Thread, stack: Stack, state: int, t_ns: Optional[int], count: int) -> None:
+        """`count` samples of `thread` in `stack` (named frames, root first) and thread `state`."""
         raise NotImplementedError
 
     def render(self, out: IO) -> None:

@@ -1,9 +1,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import IO, Tuple
+from typing import IO
 
-from ..resolve import Frame
 from .base import Reporter
 
 
@@ -22,12 +21,12 @@ class CollapsedReporter(Reporter):
         super().__init__(header, options)
         self.counts: Counter = Counter()
 
-    def add(self, thread: str, stack: Tuple[Frame, ...], state: int, t_ns: int, count: int) -> None:
+    def add(self, thread, stack, state, t_ns, count) -> None:
         self.counts[(thread, stack)] += count
 
     def render(self, out: IO) -> None:
-        lines = []
+        merged: Counter = Counter()
         for (thread, stack), n in self.counts.items():
-            lines.append(";".join([_clean(thread)] + [_clean(f.name) for f in stack]) + f" {n}")
-        lines.sort()
+            merged[";".join([_clean(thread.label)] + [_clean(f.name) for f in stack.frames])] += n
+        lines = sorted(f"{key} {n}" for key, n in merged.items())
         out.write("\n".join(lines) + ("\n" if lines else ""))

@@ -1,0 +1,158 @@
+from __future__ import annotations
+
+import json
+from array import array
+from typing import IO, Dict, List
+
+from sdb_trace import STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING, STATE_UNKNOWN
+
+from .base import Reporter
+
+# The Firefox Profiler's processed format, version 47 (the viewer upgrades it on load): the fields
+# are those of its src/types/profile.js at that version. Thread states are the categories.
+PROCESSED_VERSION = 47
+GECKO_VERSION = 27
+CATEGORIES = [  # index = category; the first grey one is the default
+    {"name": "Other", "color": "grey", "subcategories": ["Other"]},
+    {"name": "Running", "color": "green", "subcategories": ["Other"]},
+    {"name": "Waiting for GVL", "color": "orange", "subcategories": ["Other"]},
+    {"name": "Blocked", "color": "transparent", "subcategories": ["Other"]},
+    {"name": "Unknown state", "color": "darkgrey", "subcategories": ["Other"]},
+]
+STATE_CATEGORY = {STATE_RUNNING: 1, STATE_GVL_WAIT: 2, STATE_BLOCKED: 3, STATE_UNKNOWN: 4}
+
+
+class _Thread:
+    """One thread's tables: strings, functions, frames, the stack tree and the samples."""
+
+    def __init__(self, thread):
+        self.thread = thread
+        self.strings: List[str] = []
+        self.string_ids: Dict[str, int] = {}
+        self.func_ids: Dict[tuple, int] = {}
+        self.funcs: List[tuple] = []            # (name, file, first line, is Ruby)
+        self.frame_ids: Dict[object, int] = {}
+        self.frames: List[tuple] = []           # (func, line)
+        self.stack_ids: Dict[tuple, int] = {}   # (prefix, frame, category) -> stack index
+        self.stack_rows: List[tuple] = []       # (prefix, frame, category)
+        self.leaf: Dict[tuple, int] = {}        # (Stack.id, state) -> stack index (-1: empty)
+        self.times = array("d")
+        self.stacks = array("l")
+
+    def s(self, text: str) -> int:
+        i = self.string_ids.get(text)
+        if i is None:
+            i = self.string_ids[text] = len(self.strings)
+            self.strings.append(text)
+        return i
+
+    def frame(self, f) -> int:
+        i = self.frame_ids.get(f)
+        if i is None:
+            fkey = (f.label, f.path or "")
+            fn = self.func_ids.get(fkey)
+            if fn is None:
+                fn = self.func_ids[fkey] = len(self.funcs)
+                self.funcs.append((self.s(f.label), self.s(f.path) if f.path else None, bool(f.path)))
+            i = self.frame_ids[f] = len(self.frames)
+            self.frames.append((fn, f.line or None))
+        return i
+
+    def stack(self, stack, state: int) -> int:
+        key = (stack.id, state)
+        i = self.leaf.get(key)
+        if i is None:
+            cat = STATE_CATEGORY.get(state, 4)
+            i = -1
+            for f in stack.frames:
+                row = (i if i >= 0 else None, self.frame(f), cat)
+                j = self.stack_ids.get(row)
+                if j is None:
+                    j = self.stack_ids[row] = len(self.stack_rows)
+                    self.stack_rows.append(row)
+                i = j
+            self.leaf[key] = i
+        return i
+
+
+class FirefoxReporter(Reporter):
+    """The Firefox Profiler's processed profile (profiler.firefox.com, "Load a profile from file"):
+    one track per thread, samples in time order, thread states as categories (Running, Waiting
+    for GVL, Blocked, Unknown state), frames with their file and line."""
+
+    name = "firefox"
+    extension = ".firefox.json"
+    timeline = True
+
+    def __init__(self, header, options):
+        super().__init__(header, options)
+        self.start_ns = header.get("start_mono_ns", 0)
+        self.threads: Dict[object, _Thread] = {}
+        self.last_ns = self.start_ns
+
+    def add(self, thread, stack, state, t_ns, count) -> None:
+        th = self.threads.get(thread)
+        if th is None:
+            th = self.threads[thread] = _Thread(thread)
+        i = th.stack(stack, state)
+        t = (t_ns - self.start_ns) / 1e6
+        for _ in range(count):
+            th.times.append(t)
+            th.stacks.append(i)
+        if t_ns > self.last_ns:
+            self.last_ns = t_ns
+
+    def _ms(self, ns):
+        return None if ns is None else max((ns - self.start_ns) / 1e6, 0.0)
+
+    def thread_json(self, th: _Thread, pid: str, end_ms: float, process_name: str) -> dict:
+        t = th.thread
+        n_f, n_fr, n_st, n = len(th.funcs), len(th.frames), len(th.stack_rows), len(th.times)
+        return {
+            "processType": "default", "processName": process_name, "processStartupTime": 0,
+            "processShutdownTime": end_ms, "registerTime": self._ms(t.start_ns) or 0,
+            "unregisterTime": self._ms(t.end_ns), "pausedRanges": [], "name": t.label,
+            "isMainThread": t.main, "pid": pid, "tid": t.tid,
+            "samples": {"stack": [s if s >= 0 else None for s in th.stacks], "time": list(th.times),
+                        "weight": None, "weightType": "samples", "length": n},
+            "markers": {"data": [], "name": [], "startTime": [], "endTime": [], "phase": [], "category": [],
+                        "length": 0},
+            "stackTable": {"frame": [r[1] for r in th.stack_rows], "prefix": [r[0] for r in th.stack_rows],
+                           "category": [r[2] for r in th.stack_rows], "subcategory": [0] * n_st, "length": n_st},
+            "frameTable": {"address": [-1] * n_fr, "inlineDepth": [0] * n_fr, "category": [None] * n_fr,
+                           "subcategory": [None] * n_fr, "func": [f[0] for f in th.frames],
+                           "nativeSymbol": [None] * n_fr, "innerWindowID": [0] * n_fr,
+                           "implementation": [None] * n_fr, "line": [f[1] for f in th.frames],
+                           "column": [None] * n_fr, "length": n_fr},
+            "funcTable": {"name": [f[0] for f in th.funcs], "isJS": [f[2] for f in th.funcs],
+                          "relevantForJS": [not f[2] for f in th.funcs], "resource": [-1] * n_f,
+                          "fileName": [f[1] for f in th.funcs], "lineNumber": [None] * n_f,
+                          "columnNumber": [None] * n_f, "length": n_f},
+            "resourceTable": {"lib": [], "name": [], "host": [], "type": [], "length": 0},
+            "nativeSymbols": {"libIndex": [], "address": [], "name": [], "functionSize": [], "length": 0},
+            "stringArray": th.strings,
+        }
+
+    def render(self, out: IO) -> None:
+        h = self.header
+        end_ms = self._ms(self.last_ns) + self.period_ns / 1e6
+        pid = str(h.get("pid", 0))
+        process_name = " ".join(h.get("command") or []) or "ruby"
+        threads = sorted(self.threads.values(), key=lambda th: (not th.thread.main, th.thread.serial))
+        profile = {
+            "meta": {
+                "interval": self.period_ns / 1e6, "startTime": h.get("start_wall_ns", 0) / 1e6,
+                "profilingStartTime": 0, "profilingEndTime": end_ms, "processType": 0,
+                "product": f"Ruby {h.get('ruby', '')} (sdb)", "stackwalk": 0, "debug": False,
+                "version": GECKO_VERSION, "preprocessedProfileVersion": PROCESSED_VERSION, "symbolicated": True,
+                "importedFrom": "sdb", "categories": CATEGORIES, "markerSchema": [],
+                "sampleUnits": {"time": "ms", "eventDelay": "ms", "threadCPUDelta": "µs"},
+                "usesOnlyOneStackType": True, "sourceCodeIsNotOnSearchfox": True,
+                "initialVisibleThreads": list(range(len(threads))), "keepProfileThreadOrder": True,
+                "extensions": {"baseURL": [], "id": [], "name": [], "length": 0},
+            },
+            "libs": [], "pages": [], "counters": [],
+            "threads": [self.thread_json(th, pid, end_ms, process_name) for th in threads],
+        }
+        json.dump(profile, out, separators=(",", ":"), ensure_ascii=False)
+        out.write("\n")

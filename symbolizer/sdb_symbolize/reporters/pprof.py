@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import gzip
+from typing import IO, Dict, Tuple
+
+from ..samples import state_name
+from .base import Reporter
+
+
+class PprofReporter(Reporter):
+    """pprof's profile.proto, gzipped (go tool pprof, Grafana Pyroscope, Polar Signals...), built
+    with the protobuf classes of sdb_symbolize.pprof. Two values per sample: samples/count and
+    wall/nanoseconds (count x the tick period); labels "thread_id" (Linux tid), "thread_name",
+    "thread_state" and "pid". One location per (function, line); functions by label and file."""
+
+    name = "pprof"
+    extension = ".pb.gz"
+    binary = True
+
+    def __init__(self, header, options):
+        super().__init__(header, options)
+        self.counts: Dict[Tuple, int] = {}
+
+    def add(self, thread, stack, state, t_ns, count) -> None:
+        key = (thread, stack, state)
+        self.counts[key] = self.counts.get(key, 0) + count
+
+    def build(self):
+        from ..pprof import Profile
+        p = Profile()
+        strings: Dict[str, int] = {}
+
+        def s(text: str) -> int:
+            i = strings.get(text)
+            if i is None:
+                i = strings[text] = len(p.string_table)
+                p.string_table.append(text)
+            return i
+
+        s("")
+        for typ, unit in (("samples", "count"), ("wall", "nanoseconds")):
+            vt = p.sample_type.add()
+            vt.type, vt.unit = s(typ), s(unit)
+        p.period_type.type, p.period_type.unit = s("wall"), s("nanoseconds")
+        p.period = self.period_ns
+        h = self.header
+        p.time_nanos = h.get("start_wall_ns", 0)
+        functions: Dict[Tuple, int] = {}
+        locations: Dict[Tuple, int] = {}
+        stack_locs: Dict[object, list] = {}
+        k_tid, k_name, k_state, k_pid = s("thread_id"), s("thread_name"), s("thread_state"), s("pid")
+        pid = h.get("pid", 0)
+        for (thread, stack, state), n in sorted(self.counts.items(),
+                                                key=lambda kv: (kv[0][0].serial, kv[0][1].id, kv[0][2])):
+            locs = stack_locs.get(stack)
+            if locs is None:
+                locs = []
+                for f in reversed(stack.frames):   # leaf first
+                    fkey = (f.label, f.path or "")
+                    fid = functions.get(fkey)
+                    if fid is None:
+                        fid = functions[fkey] = len(functions) + 1
+                        fn = p.function.add()
+                        fn.id, fn.name, fn.system_name, fn.filename = fid, s(f.label), s(f.label), s(f.path or "")
+                    lkey = (fid, f.line)
+                    lid = locations.get(lkey)
+                    if lid is None:
+                        lid = locations[lkey] = len(locations) + 1
+                        loc = p.location.add()
+                        loc.id = lid
+                        line = loc.line.add()
+                        line.function_id, line.line = fid, f.line
+                    locs.append(lid)
+                stack_locs[stack] = locs
+            sample = p.sample.add()
+            sample.location_id.extend(locs)
+            sample.value.extend((n, n * self.period_ns))
+            for key, num, text in ((k_tid, thread.tid, None), (k_name, None, thread.name or thread.label),
+                                   (k_state, None, state_name(state)), (k_pid, pid, None)):
+                label = sample.label.add()
+                label.key = key
+                if text is None:
+                    label.num = num or 0
+                else:
+                    label.str = s(text)
+        end = (h.get("start_mono_ns") or 0)
+        last = max((th.end_ns or 0 for (th, _, _) in self.counts), default=0)
+        p.duration_nanos = max(last - end, 0) if last else 0
+        return p
+
+    def render(self, out: IO) -> None:
+        out.write(gzip.compress(self.build().SerializeToString(), compresslevel=6, mtime=0))

@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import json
+from array import array
+from typing import IO, Dict, List
+
+from .. import __version__
+from .base import Reporter
+
+
+class _Profile:
+    """One thread's samples in time order; runs of the same stack are merged (weights add up)."""
+    __slots__ = ("thread", "stacks", "weights", "first_ns", "last_ns")
+
+    def __init__(self, thread):
+        self.thread = thread
+        self.stacks = array("l")
+        self.weights = array("q")
+        self.first_ns = None
+        self.last_ns = None
+
+
+class SpeedscopeReporter(Reporter):
+    """speedscope's own JSON format (https://www.speedscope.app/file-format-schema.json): one
+    "sampled" profile per thread, samples in time order weighted in nanoseconds (each sample
+    weighs one tick period), frames with their file and line."""
+
+    name = "speedscope"
+    extension = ".speedscope.json"
+    timeline = True
+
+    def __init__(self, header, options):
+        super().__init__(header, options)
+        self.profiles: Dict[object, _Profile] = {}
+        self.frame_ids: Dict[object, int] = {}
+        self.frames: List[dict] = []
+        self.stack_frames: Dict[int, List[int]] = {}   # Stack.id -> frame indexes, root first
+
+    def _stack(self, stack) -> int:
+        if stack.id not in self.stack_frames:
+            ids = []
+            for f in stack.frames:
+                i = self.frame_ids.get(f)
+                if i is None:
+                    i = self.frame_ids[f] = len(self.frames)
+                    d = {"name": f.label}
+                    if f.path:
+                        d["file"] = f.path
+                        if f.line:
+                            d["line"] = f.line
+                    self.frames.append(d)
+                ids.append(i)
+            self.stack_frames[stack.id] = ids
+        return stack.id
+
+    def add(self, thread, stack, state, t_ns, count) -> None:
+        p = self.profiles.get(thread)
+        if p is None:
+            p = self.profiles[thread] = _Profile(thread)
+            p.first_ns = t_ns
+        p.last_ns = t_ns
+        sid = self._stack(stack)
+        w = self.period_ns * count
+        if p.stacks and p.stacks[-1] == sid:
+            p.weights[-1] += w
+        else:
+            p.stacks.append(sid)
+            p.weights.append(w)
+
+    def render(self, out: IO) -> None:
+        h = self.header
+        profiles = sorted(self.profiles.values(), key=lambda p: (not p.thread.main, p.thread.serial))
+        out.write('{"$schema":"https://www.speedscope.app/file-format-schema.json",')
+        title = f"sdb: pid {h.get('pid')} {' '.join(h.get('command') or [])}".strip()
+        out.write(f'"name":{json.dumps(title)},')
+        out.write(f'"exporter":"sdb {__version__}","activeProfileIndex":0,')
+        out.write('"shared":{"frames":' + json.dumps(self.frames, separators=(",", ":")) + '},"profiles":[')
+        for n, p in enumerate(profiles):
+            total = sum(p.weights)
+            out.write(("," if n else "") + '{"type":"sampled","name":' + json.dumps(p.thread.label)
+                      + f',"unit":"nanoseconds","startValue":0,"endValue":{total},"samples":[')
+            cache: Dict[int, str] = {}
+            for i in range(0, len(p.stacks), 4096):
+                chunk = []
+                for sid in p.stacks[i:i + 4096]:
+                    s = cache.get(sid)
+                    if s is None:
+                        s = cache[sid] = "[" + ",".join(map(str, self.stack_frames[sid])) + "]"
+                    chunk.append(s)
+                out.write(("," if i else "") + ",".join(chunk))
+            out.write('],"weights":[' + ",".join(map(str, p.weights)) + "]}")
+        out.write("]}\n")

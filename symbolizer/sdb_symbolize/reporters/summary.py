@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from collections import Counter
+from typing import IO, Dict, Tuple
+
+from .base import Reporter
+
+
+class SummaryReporter(Reporter):
+    """A text table like stackprof's: for each function, the samples in which it runs (self) and
+    in which it is anywhere on the stack (total, counted once per sample however deep the
+    recursion), with their share of all samples; most self time first."""
+
+    name = "summary"
+    extension = ".txt"
+    what = "FUNCTION"
+
+    def __init__(self, header, options):
+        super().__init__(header, options)
+        self.by_stack: Counter = Counter()
+        self.threads = set()
+
+    def key(self, frame) -> Tuple:
+        return (frame.label, frame.path or "")
+
+    def describe(self, key: Tuple) -> str:
+        return f"{key[0]} ({key[1]})" if key[1] else key[0]
+
+    def add(self, thread, stack, state, t_ns, count) -> None:
+        self.by_stack[stack] += count
+        self.threads.add(thread)
+
+    def render(self, out: IO) -> None:
+        own: Counter = Counter()
+        total: Counter = Counter()
+        keys: Dict[object, Tuple] = {}
+        n = 0
+        for stack, count in self.by_stack.items():
+            n += count
+            if not stack.frames:
+                continue
+            ks = [keys.setdefault(f, self.key(f)) for f in stack.frames]
+            own[ks[-1]] += count
+            for k in set(ks):
+                total[k] += count
+        h = self.header
+        out.write(f"sdb summary: {n:,} samples ({self.period_ns / 1e6:g} ms each, {h.get('rate_hz')} Hz), "
+                  f"{len(self.threads)} thread(s); pid {h.get('pid')}, ruby {h.get('ruby')}\n")
+        out.write(f"{'TOTAL':>10} {'(pct)':>9} {'SAMPLES':>10} {'(pct)':>9}  {self.what}\n")
+        pct = (lambda c: 100.0 * c / n) if n else (lambda c: 0.0)
+        for k in sorted(total, key=lambda k: (-own[k], -total[k], self.describe(k))):
+            out.write(f"{total[k]:>10} {pct(total[k]):>8.2f}% {own[k]:>10} {pct(own[k]):>8.2f}%  "
+                      f"{self.describe(k)}\n")

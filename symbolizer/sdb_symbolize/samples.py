@@ -1,0 +1,276 @@
+"""The symbolizer's sample pass: streams the samples of a trace, applies the filters every format
+shares (--thread, --from/--to, --idle, --states, --no-lines), names each stack once (samples refer
+to deduplicated stacks, so resolution is cached per stack id) and hands the reporter either every
+sample in time order (timeline formats) or one call per distinct (thread, stack, state) with its
+count (aggregating formats). Memory grows with distinct stacks, never with samples."""
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
+
+from sdb_trace import STATE_BLOCKED, STATE_NAMES, STATE_UNKNOWN, Tables, iter_samples
+
+from .resolve import Frame, Resolver, thread_label
+
+
+class FilterError(Exception):
+    """A filter that matches nothing or makes no sense: one line, exit code 2."""
+
+
+class Thread:
+    """A recorded thread as reporters see it (one object per thread serial)."""
+    __slots__ = ("serial", "tid", "name", "label", "main", "start_ns", "end_ns")
+
+    def __init__(self, serial: int, rec: Optional[dict]):
+        rec = rec or {}
+        self.serial = serial
+        self.tid = rec.get("tid", 0)
+        self.main = bool(rec.get("flags", 0) & 1)
+        self.name = rec.get("name") or ("main" if self.main else "")
+        self.label = thread_label(rec or None, serial)
+        self.start_ns = rec.get("start_ns")
+        self.end_ns = rec.get("end_ns")
+
+
+class Stack:
+    """A named stack, interned: equal stacks are the same object (hash by identity, cheap).
+    `frames` is root first; `id` is small and dense (0, 1, 2... in order of first use)."""
+    __slots__ = ("id", "frames")
+
+    def __init__(self, id: int, frames: Tuple[Frame, ...]):
+        self.id = id
+        self.frames = frames
+
+
+def function_frame(f: Frame) -> Frame:
+    """The frame without its line (--no-lines): one per function and file."""
+    g = Frame(f.label, f.path, 0)
+    g.name = f"{f.label} ({f.path})" if f.path else f.label
+    return g
+
+
+class Options:
+    """The shared filters, from the command line."""
+
+    def __init__(self, threads: Iterable[str] = (), from_s: Optional[float] = None, to_s: Optional[float] = None,
+                 idle: bool = False, states: bool = False, lines: bool = True):
+        self.threads = list(threads or ())
+        self.from_s = from_s
+        self.to_s = to_s
+        self.idle = idle
+        self.states = states
+        self.lines = lines
+
+    @classmethod
+    def from_args(cls, args) -> "Options":
+        return cls(getattr(args, "thread", None) or (), getattr(args, "from_s", None), getattr(args, "to_s", None),
+                   getattr(args, "idle", False), getattr(args, "states", False), getattr(args, "lines", True))
+
+
+class Progress:
+    """One line on stderr while a long pass runs: looks at the clock only every `every` calls,
+    redraws at most 10 times a second, and erases itself at the end. Silent unless stderr is a
+    terminal, and for the first half second (short runs never show it)."""
+
+    def __init__(self, total: int, stream=None, every: int = 8, delay_s: float = 0.5):
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.total = max(total, 1)
+        self.done = 0
+        self.every = every
+        self._calls = 0
+        self._start = time.monotonic()
+        self._next_draw = self._start + delay_s
+        self._drawn = False
+
+    def update(self, n: int) -> None:
+        self.done += n
+        self._calls += 1
+        if not self.enabled or self._calls % self.every:
+            return
+        now = time.monotonic()
+        if now < self._next_draw:
+            return
+        self._next_draw = now + 0.1
+        rate = self.done / max(now - self._start, 1e-9)
+        self.stream.write(f"\r\x1b[Ksdb-symbolize: {100.0 * self.done / self.total:5.1f}% "
+                          f"({self.done:,} of {self.total:,} samples, {rate:,.0f}/s)")
+        self.stream.flush()
+        self._drawn = True
+
+    def finish(self) -> None:
+        if self._drawn:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self._drawn = False
+
+
+class SamplePass:
+    """Streams the samples of one trace into one reporter."""
+
+    def __init__(self, path: str, tables: Tables, options: Options):
+        self.path = path
+        self.t = tables
+        self.o = options
+        self.resolver = Resolver(tables)
+        self.threads: Dict[int, Thread] = {s: Thread(s, th) for s, th in tables.threads.items()}
+        self.allowed = self._thread_filter()
+        start = tables.header.get("start_mono_ns", 0)
+        self.lo = start + int(options.from_s * 1e9) if options.from_s is not None else None
+        self.hi = start + int(options.to_s * 1e9) if options.to_s is not None else None
+        if self.lo is not None and self.hi is not None and self.hi < self.lo:
+            raise FilterError(f"--to ({options.to_s} s) is before --from ({options.from_s} s)")
+        self._interned: Dict[Tuple[Frame, ...], Stack] = {}
+        self._by_sid: Dict[Tuple[int, int], Stack] = {}   # (stack id, state or -1) -> Stack, for static stacks
+        self._state_frames = {st: Frame(f"({name})", None, 0) for st, name in STATE_NAMES.items()}
+        self.ambiguous = self._ambiguous_stacks()
+        self.samples_in = 0    # samples read
+        self.samples_out = 0   # samples handed over
+
+    # ------------------------------------------------------------------ filters
+    def _thread_filter(self) -> Optional[FrozenSet[int]]:
+        if not self.o.threads:
+            return None
+        chosen = set()
+        for spec in self.o.threads:
+            hits = {s for s, th in self.threads.items()
+                    if spec in (th.name, th.label, str(th.tid), str(th.serial))
+                    or spec in (self.t.threads.get(s, {}).get("names") or ())}
+            if not hits:
+                known = ", ".join(f"{th.name or '-'} (tid {th.tid})" for th in self.threads.values())
+                raise FilterError(f"--thread {spec}: no such thread in the trace (threads: {known or 'none'})")
+            chosen |= hits
+        return frozenset(chosen)
+
+    def _ambiguous_stacks(self) -> FrozenSet[int]:
+        """Stack ids whose names depend on time (an address named twice): resolved per sample."""
+        fids = {fid for fid in range(len(self.t.frame_kind)) if self.resolver._ambiguous(fid)}
+        if not fids:
+            return frozenset()
+        return frozenset(sid for sid, st in enumerate(self.t.stacks) if not fids.isdisjoint(st))
+
+    # ------------------------------------------------------------------ stacks
+    def intern(self, frames: Tuple[Frame, ...]) -> Stack:
+        s = self._interned.get(frames)
+        if s is None:
+            s = self._interned[frames] = Stack(len(self._interned), frames)
+        return s
+
+    def _named(self, sid: int, state: int, t_ns: int) -> Stack:
+        frames = self.resolver.stack(sid, t_ns)
+        if not self.o.lines:
+            frames = tuple(function_frame(f) for f in frames)
+        if self.o.states:
+            frames = (self._state_frames.get(state, self._state_frames[STATE_UNKNOWN]),) + frames
+        return self.intern(frames)
+
+    def stack(self, sid: int, state: int, t_ns: int) -> Stack:
+        """The named stack of one sample."""
+        if sid in self.ambiguous:
+            return self._named(sid, state, t_ns)
+        key = (sid, state if self.o.states else -1)
+        s = self._by_sid.get(key)
+        if s is None:
+            s = self._by_sid[key] = self._named(sid, state, t_ns)
+        return s
+
+    def thread(self, serial: int) -> Thread:
+        th = self.threads.get(serial)
+        if th is None:
+            th = self.threads[serial] = Thread(serial, None)
+        return th
+
+    def keep(self, serial: int, state: int) -> bool:
+        return (self.o.idle or state != STATE_BLOCKED) and (self.allowed is None or serial in self.allowed)
+
+    # ------------------------------------------------------------------ the pass
+    def run(self, reporter, progress: Optional[Progress] = None) -> None:
+        if getattr(reporter, "timeline", False):
+            self._timeline(reporter, progress)
+        else:
+            self._aggregate(reporter, progress)
+        if progress is not None:
+            progress.finish()
+
+    def _aggregate(self, reporter, progress) -> None:
+        counts: Counter = Counter()
+        amb, lo, hi = self.ambiguous, self.lo, self.hi
+        timed = lo is not None or hi is not None
+        lo_v = lo if lo is not None else -1 << 63
+        hi_v = hi if hi is not None else 1 << 63
+
+        def on_batch(base, dts, threads, stacks, states):
+            n = len(dts)
+            self.samples_in += n
+            if progress is not None:
+                progress.update(n)
+            if not n:
+                return
+            whole = True
+            if timed:
+                first, last = base + min(dts), base + max(dts)
+                if last < lo_v or first > hi_v:
+                    return
+                whole = first >= lo_v and last <= hi_v
+            if whole and (not amb or amb.isdisjoint(stacks)):
+                counts.update(zip(threads, stacks, states))   # C loop: the hot path
+                return
+            for dt, th, sid, st in zip(dts, threads, stacks, states):
+                t = base + dt
+                if t < lo_v or t > hi_v:
+                    continue
+                counts[(th, self.stack(sid, st, t) if sid in amb else sid, st)] += 1
+
+        iter_samples(self.path, on_batch, limit=self.t.good_sample_records)
+        for (serial, sid, st), n in counts.items():
+            if not self.keep(serial, st):
+                continue
+            stack = sid if isinstance(sid, Stack) else self.stack(sid, st, 0)
+            self.samples_out += n
+            reporter.add(self.thread(serial), stack, st, None, n)
+
+    def _timeline(self, reporter, progress) -> None:
+        amb = self.ambiguous
+        lo_v = self.lo if self.lo is not None else -1 << 63
+        hi_v = self.hi if self.hi is not None else 1 << 63
+        idle, allowed = self.o.idle, self.allowed
+        states = self.o.states
+        cache: Dict[Tuple[int, int], Stack] = {}
+        add = reporter.add
+        thread = self.thread
+
+        def on_batch(base, dts, threads, stacks, sts):
+            self.samples_in += len(dts)
+            if progress is not None:
+                progress.update(len(dts))
+            out = 0
+            for dt, th, sid, st in zip(dts, threads, stacks, sts):
+                if st == STATE_BLOCKED and not idle:
+                    continue
+                if allowed is not None and th not in allowed:
+                    continue
+                t = base + dt
+                if t < lo_v or t > hi_v:
+                    continue
+                if sid in amb:
+                    stack = self.stack(sid, st, t)
+                else:
+                    key = (sid, st if states else -1)
+                    stack = cache.get(key)
+                    if stack is None:
+                        stack = cache[key] = self.stack(sid, st, t)
+                add(thread(th), stack, st, t, 1)
+                out += 1
+            self.samples_out += out
+
+        iter_samples(self.path, on_batch, limit=self.t.good_sample_records)
+
+
+def state_name(state: int) -> str:
+    return STATE_NAMES.get(state, STATE_NAMES[STATE_UNKNOWN])
+
+
+def all_threads(threads: Iterable[Thread]) -> List[Thread]:
+    return sorted(threads, key=lambda th: th.serial)
