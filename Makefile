@@ -51,6 +51,14 @@ $(STAMPS)/gem: $(GEM_SOURCES) Rakefile $(STAMPS)/machine
 	RUBY=$(RUBY) rake -f Rakefile compile gem install GEM_HOME=$(GEM_HOME_DIR) >/dev/null
 	@touch $@
 
+# What the output-format tests open in headless Chromium (/usr/bin/chromium, from setup-machine):
+# the speedscope app, and playwright-core to drive the browser. Pinned, from the npm registry.
+NPM_PACKAGES := speedscope@1.25.0 playwright-core@1.65.1
+$(STAMPS)/npm: $(STAMPS)/machine
+	@mkdir -p $(STAMPS) $(BUILD)/speedscope
+	npm install --prefix $(BUILD)/speedscope --no-audit --no-fund --loglevel=error $(NPM_PACKAGES) >/dev/null
+	@echo "$(NPM_PACKAGES)" > $@
+
 demo: setup
 	$(PY) examples/demo.py --ruby $(RUBY) --gem-home $(GEM_HOME_DIR)
 
@@ -65,7 +73,7 @@ rubies: $(STAMPS)/machine
 # The gem's own tests, then the suite on every Ruby (on those with YJIT, again with --yjit); tests
 # marked `once` (outputs, commands, the benchmark smoke run: nothing Ruby-version-specific) run once,
 # with Debian's Ruby.
-test: setup rubies
+test: setup rubies $(STAMPS)/npm
 	@set -e; while read -r version ruby; do \
 	  echo "== gem tests, Ruby $$version ($$ruby)"; \
 	  RUBY=$$ruby rake -f Rakefile test; \
