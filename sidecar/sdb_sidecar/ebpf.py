@@ -224,3 +224,10 @@ class EbpfSymbolizer:
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None
+
+    def summary(self) -> dict:
+        """For the trace's end record: where the probes were, what each one saw, what was lost."""
+        o = self.obj
+        return {"object": o.path, "probes": [p.symbol for p in o.creators],
+                "mover": o.mover.symbol if o.mover else None, "not_probeable": list(o.missing),
+                "events": dict(self.counts), "lost": self.lost}

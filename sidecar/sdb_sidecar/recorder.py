@@ -12,7 +12,8 @@ from typing import IO, Optional
 
 from sdb_trace import TraceWriter
 
-from . import __version__, _sampler
+from . import __version__, _leftright, _sampler
+from .ebpf import EbpfSymbolizer, EbpfUnavailable
 from .errors import Exit, SdbError
 from .symbols import RemoteReadError, RemoteRuby
 from .target import Target, permission_error
@@ -25,27 +26,52 @@ STALL_GRACE_S = 3.0
 class Drainer:
     """Turns what the sampler gathered into trace records (and names new ISeqs)."""
 
-    def __init__(self, target: Target, sampler: "_sampler.Sampler", writer: TraceWriter):
+    def __init__(self, target: Target, sampler: "_sampler.Sampler", writer: TraceWriter,
+                 ebpf: Optional[EbpfSymbolizer] = None):
         self.target = target
         self.sampler = sampler
         self.writer = writer
         self.remote = RemoteRuby(sampler, target.registry.layout)
         self.symbol_errors = 0
+        self.ebpf = ebpf
+        self.names: dict = {}       # addr -> the name last written for it (a GC move carries it over)
+
+    def write_iseq(self, addr: int, at_ns: int, source: str, info: dict, **extra) -> None:
+        self.remote.forget(addr)    # a new ISeq here: cached facts about the address are stale
+        self.names[addr] = info
+        self.writer.iseq(addr, at_ns=at_ns, source=source, **info, **extra)
+
+    def remote_iseq(self, addr: int, at_ns: int) -> None:
+        self.remote.forget(addr)
+        try:
+            info = self.remote.iseq_info(addr)
+        except RemoteReadError:
+            self.symbol_errors += 1
+            return
+        self.write_iseq(addr, at_ns, "remote", info)
+
+    def drain_ebpf(self) -> None:
+        """ISeqs named at birth by eBPF (source "ebpf", the event's time); moves keep a name."""
+        for ev in self.ebpf.take():
+            kind, addr = ev["kind"], ev["addr"]
+            if kind == "new":
+                info = {k: ev[k] for k in ("label", "base_label", "path", "realpath", "first_line", "type")}
+                self.write_iseq(addr, ev["at_ns"], "ebpf", info)
+            elif kind == "remote":      # a string longer than the probe copies: read it here
+                self.remote_iseq(addr, ev["at_ns"])
+            elif kind == "move" and ev["from"] in self.names:
+                self.write_iseq(addr, ev["at_ns"], "move", self.names[ev["from"]], moved_from=ev["from"])
 
     def drain(self) -> dict:
+        if self.ebpf is not None:
+            self.drain_ebpf()
         d = self.sampler.drain()
         w = self.writer
         for ev in d["threads"]:
             if not ev["ended"]:
                 w.thread(ev["serial"], ev["tid"], ev["name"], ev["start_ns"], ev["flags"], ev["at_ns"])
         for addr, at_ns in d["new_iseqs"]:
-            self.remote.forget(addr)
-            try:
-                info = self.remote.iseq_info(addr)
-            except RemoteReadError:
-                self.symbol_errors += 1
-                continue
-            w.iseq(addr, at_ns=at_ns, source="remote", **info)
+            self.remote_iseq(addr, at_ns)
         for me, at_ns in d["new_mes"]:
             try:
                 name = self.remote.cfunc_name(me)
@@ -77,10 +103,24 @@ def open_output(path: str) -> IO[bytes]:
         raise SdbError(f"cannot write {path}: {e.strerror}", Exit.OUTPUT) from None
 
 
+def start_ebpf(target: Target, sampler: "_sampler.Sampler") -> Optional[EbpfSymbolizer]:
+    """The eBPF symbolizer for this target, or None after one notice saying why not."""
+    named = _leftright.LeftRightMap(4096)
+    sym = EbpfSymbolizer(target.pid, target.registry.layout, named)
+    try:
+        sym.start()
+    except EbpfUnavailable as e:
+        sys.stderr.write(f"sdb: notice: no eBPF symbolizer ({e}); ISeqs are named by remote reads\n")
+        return None
+    sampler.use_named(named)
+    return sym
+
+
 def record(target: Target, out_path: str, rate_hz: float, duration_s: float, quiet: bool,
-           max_depth: int = 2048, status_stream=None, on_signal=None) -> dict:
+           max_depth: int = 2048, status_stream=None, on_signal=None, ebpf: bool = True) -> dict:
     """Record until duration_s (0: no limit), Ctrl-C/SIGTERM or the target's exit.
     on_signal(signum), if given, is also called for each SIGINT/SIGTERM (`record` forwards them).
+    ebpf: name new ISeqs at birth with the eBPF symbolizer when the machine allows it.
     Returns the closing counts."""
     status_stream = status_stream or sys.stderr
     out = open_output(out_path)
@@ -97,7 +137,8 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
         "start_wall_ns": _sampler.wall_ns(), "hostname": socket.gethostname(), "sdb_version": __version__,
         "command": target.command, "max_depth": max_depth,
     })
-    drainer = Drainer(target, sampler, writer)
+    symbolizer = start_ebpf(target, sampler) if ebpf else None
+    drainer = Drainer(target, sampler, writer, symbolizer)
     result = []
     thread = threading.Thread(target=lambda: result.append(sampler.run(duration_s)), name="sdb-sampler",
                               daemon=True)
@@ -134,6 +175,9 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        if symbolizer is not None:
+            symbolizer.close()
+            drainer.drain_ebpf()
     stats = sampler.stats()
     why = result[0] if result else "stopped"
     if stalled:
@@ -146,7 +190,8 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
         why = "target-exited" if not _alive(target.pid) else why
     counts = {"at_ns": _sampler.monotonic_ns(), "reason": why, "ticks": stats["ticks"], "late": stats["late"],
               "missed": stats["missed"], "samples": stats["samples"], "torn": stats["torn"], "retried": stats["retried"], "reused": stats["reused"],
-              "errors": stats["errors"], "threads": stats["threads"], "symbol_errors": drainer.symbol_errors}
+              "errors": stats["errors"], "threads": stats["threads"], "symbol_errors": drainer.symbol_errors,
+              "ebpf": symbolizer.summary() if symbolizer is not None else None}
     writer.end(**counts)
     out.close()
     status.finish(stats)

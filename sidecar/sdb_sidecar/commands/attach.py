@@ -21,7 +21,8 @@ class AttachCommand:
     @staticmethod
     def run(args) -> int:
         target = open_target(args.pid)
-        counts = record(target, args.output, args.rate, args.duration, args.quiet, args.max_depth)
+        counts = record(target, args.output, args.rate, args.duration, args.quiet, args.max_depth,
+                        ebpf=not args.no_ebpf)
         if not args.quiet:
             print_next_steps(args.output, counts)
         return 0
@@ -34,6 +35,9 @@ def add_recording_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", default="trace.msgpack", help="trace file (default trace.msgpack)")
     p.add_argument("--max-depth", type=int, default=2048, help="frames read per stack at most (default 2048)")
     p.add_argument("--quiet", "-q", action="store_true", help="no status line")
+    p.add_argument("--no-ebpf", action="store_true",
+                   help="do not name ISeqs at birth with eBPF (default: use it when root, bcc, kernel headers "
+                        "and uprobes are there); every ISeq is then named by a remote read at first sight")
 
 
 def positive_float(text: str) -> float:
