@@ -36,3 +36,66 @@ def symbolize(trace: Path, fmt: str, *args: str, out: Path = None, check: bool =
 def expected_samples(trace, idle: bool = True) -> int:
     """How many samples the trace holds (those of blocked threads only with idle)."""
     return sum(1 for s in trace.samples if idle or s[3] != 3)
+
+
+# ---------------------------------------------------------------- reading each format back
+def thread_labels(trace) -> Dict[int, str]:
+    from sdb_symbolize.resolve import thread_label
+    return {serial: thread_label(th, serial) for serial, th in trace.threads.items()}
+
+
+def expected_per_thread(trace, idle: bool = True, keep=lambda s: True) -> Dict[str, int]:
+    labels = thread_labels(trace)
+    out: Dict[str, int] = {}
+    for s in trace.samples:
+        if (idle or s[3] != 3) and keep(s):
+            out[labels[s[1]]] = out.get(labels[s[1]], 0) + 1
+    return out
+
+
+def per_thread(fmt: str, data: bytes, period_ns: int) -> Dict[str, int]:
+    """Samples per thread label, read back from one output (summaries: {"*": total})."""
+    import gzip
+    import json
+    import re
+    out: Dict[str, int] = {}
+
+    def add(k, n):
+        out[k] = out.get(k, 0) + n
+
+    if fmt == "collapsed":
+        for line in data.decode().splitlines():
+            stack, n = line.rsplit(" ", 1)
+            add(stack.split(";", 1)[0], int(n))
+    elif fmt == "speedscope":
+        for p in json.loads(data)["profiles"]:
+            assert sum(p["weights"]) % period_ns == 0
+            add(p["name"], sum(p["weights"]) // period_ns)
+    elif fmt == "pprof":
+        from sdb_symbolize.pprof import Profile
+        prof = Profile()
+        prof.ParseFromString(gzip.decompress(data))
+        st = prof.string_table
+        for s in prof.sample:
+            labels = {st[l.key]: (st[l.str] if l.str else l.num) for l in s.label}
+            assert s.value[1] == s.value[0] * period_ns
+            # the recording's threads are all named: their label is "thread NAME (tid TID)"
+            add(f"thread {labels['thread_name']} (tid {labels['thread_id']})", s.value[0])
+    elif fmt == "flamegraph":
+        m = re.search(rb'<script id="sdb-data" type="application/json">(.*?)</script>', data, re.S)
+        doc = json.loads(m.group(1))
+        for name, loc, total, parent in doc["nodes"][1:]:
+            if parent == 0:
+                add(doc["strings"][name], total)
+    elif fmt == "firefox":
+        for th in json.loads(data)["threads"]:
+            add(th["name"], th["samples"]["length"])
+    elif fmt in ("summary", "summary-by-line"):
+        m = re.match(rb"sdb summary: ([\d,]+) samples", data)
+        add("*", int(m.group(1).replace(b",", b"")))
+    elif fmt == "json":
+        for line in data.decode().splitlines():
+            add(json.loads(line)["thread"], 1)
+    else:
+        raise AssertionError(f"no reader for {fmt}")
+    return out

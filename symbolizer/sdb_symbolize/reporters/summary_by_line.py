@@ -16,4 +16,6 @@ class SummaryByLineReporter(SummaryReporter):
 
     def describe(self, key: Tuple) -> str:
         path, line, label = key
-        return f"{path}:{line} {label}" if path else label
+        if not path:
+            return label
+        return f"{path}:{line} {label}" if line else f"{path} {label}"   # no line: --no-lines
