@@ -1,5 +1,7 @@
 """The sidecar's subcommands: one file each, listed here. A command's help is its docstring."""
 from .attach import AttachCommand
+from .record import RecordCommand
 from .snapshot import SnapshotCommand
+from .top import TopCommand
 
-COMMANDS = [AttachCommand, SnapshotCommand]
+COMMANDS = [AttachCommand, RecordCommand, TopCommand, SnapshotCommand]

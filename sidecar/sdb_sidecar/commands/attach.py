@@ -1,11 +1,19 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import shutil
+import subprocess
 import sys
+from typing import Dict, List
 
+from ..errors import Exit, SdbError
 from ..recorder import record
 from ..target import open_target
+
+# the formats `attach` and `record` suggest, in this order, when they are registered
+SUGGESTED_FORMATS = ("collapsed", "speedscope", "flamegraph")
 
 
 class AttachCommand:
@@ -23,9 +31,7 @@ class AttachCommand:
         target = open_target(args.pid)
         counts = record(target, args.output, args.rate, args.duration, args.quiet, args.max_depth,
                         ebpf=not args.no_ebpf)
-        if not args.quiet:
-            print_next_steps(args.output, counts)
-        return 0
+        return finish_recording(args, counts)
 
 
 def add_recording_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,6 +44,10 @@ def add_recording_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-ebpf", action="store_true",
                    help="do not name ISeqs at birth with eBPF (default: use it when root, bcc, kernel headers "
                         "and uprobes are there); every ISeq is then named by a remote read at first sight")
+    formats = symbolizer_formats()
+    p.add_argument("--format", "-f", choices=sorted(formats) or None, metavar="FORMAT",
+                   help="at the end, run sdb-symbolize with this format and write the profile next to the "
+                        "trace" + (f" ({', '.join(sorted(formats))})" if formats else ""))
 
 
 def positive_float(text: str) -> float:
@@ -50,8 +60,71 @@ def positive_float(text: str) -> float:
     return v
 
 
+def check_output_dir(path: str) -> None:
+    """Fail before anything starts when the trace cannot be written (record() checks again)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise SdbError(f"cannot write {path}: no such directory {folder}", Exit.OUTPUT)
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise SdbError(f"cannot write {path}: permission denied", Exit.OUTPUT)
+
+
+# ------------------------------------------------------------------ after a recording
+def symbolizer_formats() -> Dict[str, str]:
+    """The formats sdb-symbolize registers: name -> file extension ({} if it cannot be loaded:
+    then --format is checked by sdb-symbolize itself)."""
+    try:
+        from sdb_symbolize.reporters import REPORTERS
+    except Exception:  # a broken symbolizer must not stop a recording
+        return {}
+    return {name: cls.extension or f".{name}" for name, cls in REPORTERS.items()}
+
+
+def profile_path(trace: str, fmt: str) -> str:
+    """Where the profile of `trace` in format `fmt` goes: beside it, trace.msgpack -> trace.<ext>."""
+    ext = symbolizer_formats().get(fmt) or f".{fmt}"
+    stem = trace[:-len(".msgpack")] if trace.endswith(".msgpack") else trace
+    return stem + ext
+
+
+def symbolize_argv() -> List[str]:
+    """How to run the sdb-symbolize that belongs with this sdb-sidecar, as short as it can be."""
+    here = os.path.join(os.path.dirname(sys.executable), "sdb-symbolize")
+    on_path = shutil.which("sdb-symbolize")
+    if on_path and os.access(here, os.X_OK) and os.path.samefile(on_path, here):
+        return ["sdb-symbolize"]
+    if os.access(here, os.X_OK):
+        return [here]
+    return [sys.executable, "-m", "sdb_symbolize.cli"]
+
+
+def symbolize_command(trace: str, fmt: str) -> List[str]:
+    return [*symbolize_argv(), trace, "--format", fmt, "-o", profile_path(trace, fmt)]
+
+
+def finish_recording(args, counts: dict) -> int:
+    """After attach/record: run sdb-symbolize (--format), or print the commands to run.
+    Returns sdb-symbolize's exit code (0 when it was not run)."""
+    if args.format:
+        out = profile_path(args.output, args.format)
+        cmd = [sys.executable, "-m", "sdb_symbolize.cli", args.output, "--format", args.format, "-o", out]
+        rc = subprocess.run(cmd, stdin=subprocess.DEVNULL).returncode
+        if rc != 0:
+            sys.stderr.write(f"sdb: sdb-symbolize failed (exit {rc}); the trace is kept: {args.output}\n")
+        elif not args.quiet:
+            sys.stderr.write(f"sdb: wrote {counts['samples']} samples of {counts['threads']} threads to "
+                             f"{args.output} ({counts['reason']}), the {args.format} profile to {out}\n")
+        return rc
+    if not args.quiet:
+        print_next_steps(args.output, counts)
+    return 0
+
+
 def print_next_steps(output: str, counts: dict) -> None:
-    q = shlex.quote(output)
-    sys.stderr.write(f"sdb: wrote {counts['samples']} samples of {counts['threads']} threads to {output} "
-                     f"({counts['reason']})\n"
-                     f"sdb: next: sdb-symbolize {q} --format collapsed -o profile.collapsed\n")
+    formats = symbolizer_formats()
+    suggested = [f for f in SUGGESTED_FORMATS if f in formats] or sorted(formats)[:1] or ["collapsed"]
+    lines = [f"sdb: wrote {counts['samples']} samples of {counts['threads']} threads to {output} "
+             f"({counts['reason']})",
+             "sdb: next, make a profile with one of:"]
+    lines += ["  " + shlex.join(symbolize_command(output, f)) for f in suggested]
+    sys.stderr.write("\n".join(lines) + "\n")

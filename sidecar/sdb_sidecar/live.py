@@ -1,0 +1,210 @@
+"""What `top` shows: samples from the recorder's own Sampler and Drainer, named as sdb-symbolize names
+them, counted over a moving window, and laid out as lines of text (the screen code only draws them).
+
+No trace file is written: `LiveProfile` is a TraceWriter whose records are applied to in-memory
+tables (sdb_trace.Tables, the same the symbolizer builds) instead of being written.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter, deque
+from dataclasses import dataclass
+from typing import Deque, Dict, List, Optional, Tuple
+
+from sdb_symbolize.resolve import Resolver
+from sdb_trace import STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING, Symbol, Tables, TraceWriter
+
+BUCKET_NS = 250_000_000      # samples are counted in quarter-second buckets
+SORT_COLUMNS = ("%Own", "%Total", "OwnTime", "TotalTime")
+
+
+class LiveProfile(TraceWriter):
+    """The Drainer's writer for `top`: keeps the tables and the last `window_s` seconds of samples."""
+
+    def __init__(self, header: dict, window_s: float):
+        self.tables = Tables(header={})
+        self.resolver = Resolver(self.tables)
+        self.window_ns = int(window_s * 1e9)
+        self.buckets: Deque[Tuple[int, Counter]] = deque()   # (bucket index, (serial, stack, state) -> n)
+        self.last_state: Dict[int, int] = {}                 # serial -> state of its latest sample
+        self.live: Dict[int, dict] = {}                      # serial -> thread record, while alive
+        self._keys: Dict[Tuple[int, bool], tuple] = {}
+        super().__init__(None, header)
+
+    # ------------------------------------------------------------ records in (TraceWriter)
+    def _write(self, rec: dict) -> None:
+        t = rec["t"]
+        tb = self.tables
+        if t == "samples":
+            self._add_samples(rec)
+        elif t == "frames":
+            n = len(rec["kind"])
+            tb.frame_kind.extend(rec["kind"])
+            tb.frame_iseq.extend(rec["iseq"])
+            tb.frame_pc.extend(rec["pc"])
+            tb.frame_me.extend(rec["me"])
+            tb.frame_line.extend(rec.get("line") or [0] * n)
+        elif t == "stacks":
+            tb.stacks.extend(rec["stacks"])
+        elif t in ("iseq", "cfunc"):
+            table, addr = (tb.iseqs, rec["addr"]) if t == "iseq" else (tb.cfuncs, rec["me"])
+            label = rec.get("label") if t == "iseq" else rec.get("name")
+            sym = Symbol(rec.get("at_ns", 0), label or "", rec.get("path") or "", rec.get("first_line") or 0,
+                         rec.get("source", ""), rec)
+            syms = table.setdefault(addr, [])
+            if syms:
+                # a reused (or moved) address: the view shows what runs now, so the new name wins
+                syms.clear()
+                self.resolver = Resolver(tb)
+                self._keys.clear()
+            syms.append(sym)
+        elif t == "thread":
+            tb.threads[rec["serial"]] = rec
+            self.live[rec["serial"]] = rec
+        elif t == "thread_end":
+            self.live.pop(rec["serial"], None)
+            self.last_state.pop(rec["serial"], None)
+        elif t == "header":
+            tb.header = rec
+
+    def flush(self) -> None:
+        pass
+
+    def _add_samples(self, rec: dict) -> None:
+        base = rec["base_ns"]
+        counts = None
+        current = -1
+        for dt, serial, sid, state in zip(rec["dt_ns"], rec["thread"], rec["stack"], rec["state"]):
+            b = (base + dt) // BUCKET_NS
+            if b != current:
+                current = b
+                if not self.buckets or self.buckets[-1][0] < b:
+                    self.buckets.append((b, Counter()))
+                counts = self.buckets[-1][1]
+            counts[(serial, sid, state)] += 1
+            self.last_state[serial] = state
+
+    # ------------------------------------------------------------ the window
+    def expire(self, now_ns: int) -> None:
+        first = (now_ns - self.window_ns) // BUCKET_NS
+        while self.buckets and self.buckets[0][0] < first:
+            self.buckets.popleft()
+
+    def keys(self, sid: int, lines: bool, t_ns: int) -> tuple:
+        """(own key, total keys) of a stack: function = (label, path), line = (label, path, line)."""
+        cached = self._keys.get((sid, lines))
+        if cached is None:
+            frames = self.resolver.stack(sid, t_ns)
+            keys = [(f.label, f.path, f.line) if lines else (f.label, f.path, None) for f in frames]
+            if not keys:
+                keys = [("(no Ruby frames)", None, None)]
+            cached = self._keys[(sid, lines)] = (keys[-1], frozenset(keys))
+        return cached
+
+    def view(self, now_ns: int, lines: bool, idle: bool) -> "View":
+        self.expire(now_ns)
+        window: Counter = Counter()
+        for _, c in self.buckets:
+            window.update(c)
+        own: Counter = Counter()
+        total: Counter = Counter()
+        shown = 0
+        for (serial, sid, state), n in window.items():
+            if state == STATE_BLOCKED and not idle:
+                continue
+            shown += n
+            o, ts = self.keys(sid, lines, now_ns)
+            own[o] += n
+            for k in ts:
+                total[k] += n
+        states = Counter(self.last_state.get(s, 0) for s in self.live)
+        return View(rows=[Row(k, own[k], total[k]) for k in total], samples=shown,
+                    threads=len(self.live), running=states[STATE_RUNNING], gvl_wait=states[STATE_GVL_WAIT],
+                    blocked=states[STATE_BLOCKED], unknown=len(self.live) - states[STATE_RUNNING]
+                    - states[STATE_GVL_WAIT] - states[STATE_BLOCKED])
+
+
+@dataclass
+class Row:
+    key: tuple           # (label, path, line or None)
+    own: int
+    total: int
+
+
+@dataclass
+class View:
+    rows: List[Row]
+    samples: int
+    threads: int
+    running: int
+    gvl_wait: int
+    blocked: int
+    unknown: int
+
+
+@dataclass
+class Settings:
+    sort: int = 0          # index into SORT_COLUMNS
+    lines: bool = False
+    idle: bool = False
+    paused: bool = False
+
+
+def sort_rows(rows: List[Row], sort: int) -> List[Row]:
+    if sort in (0, 2):
+        return sorted(rows, key=lambda r: (-r.own, -r.total, r.key[0]))
+    return sorted(rows, key=lambda r: (-r.total, -r.own, r.key[0]))
+
+
+def where(key: tuple) -> str:
+    label, path, line = key
+    if not path:
+        return label
+    return f"{label} ({path}:{line})" if line is not None else f"{label} ({path})"
+
+
+def shorten(text: str, width: int) -> str:
+    """Fits `text` in `width` columns, cutting the middle of long paths ("label (...tail)")."""
+    if len(text) <= width:
+        return text
+    if width < 8:
+        return text[:width]
+    return text[:width // 3] + "..." + text[len(text) - (width - width // 3 - 3):]
+
+
+def screen_lines(info: dict, view: View, st: Settings, width: int, height: int) -> List[str]:
+    """The whole screen as lines, each at most `width` long; the first table line is lines[TABLE_HEAD]."""
+    period = 1.0 / info["rate_hz"]
+    state = "  [paused]" if st.paused else ""
+    if info.get("exited"):
+        state = f"  [process {info['pid']} exited: q quits]"
+    head = [
+        f"sdb top: pid {info['pid']}  {info['command']}",
+        f"Ruby {info['ruby']}   sampling {info['rate_hz']:g} Hz (achieved {info['achieved_hz']:.0f})   "
+        f"window {info['window_s']:g} s   samples {view.samples}{state}",
+        f"Threads: {view.threads}   running {view.running}, waiting for GVL {view.gvl_wait}, "
+        f"blocked {view.blocked}" + (f", not sampled yet {view.unknown}" if view.unknown else ""),
+        f"Showing {'lines' if st.lines else 'functions'}, sorted by {SORT_COLUMNS[st.sort]}, "
+        f"idle {'shown' if st.idle else 'hidden'}",
+        "",
+    ]
+    cols = [f"{c}{'*' if i == st.sort else ' '}" for i, c in enumerate(SORT_COLUMNS)]
+    table_head = f"{cols[0]:>7} {cols[1]:>8} {cols[2]:>9} {cols[3]:>10}  {'Line' if st.lines else 'Function'}"
+    out = [h[:width] for h in head] + [table_head[:width]]
+    room = max(0, height - len(out) - 1)
+    n = max(view.samples, 1)
+    for r in sort_rows(view.rows, st.sort)[:room]:
+        left = (f"{100.0 * r.own / n:6.1f}% {100.0 * r.total / n:7.1f}% {r.own * period:8.2f}s "
+                f"{r.total * period:9.2f}s  ")
+        out.append(left + shorten(where(r.key), max(0, width - len(left))))
+    while len(out) < height - 1:
+        out.append("")
+    out.append("keys: 1-4 sort by column (o own, t total)  l lines/functions  i idle  space pause  q quit"[:width])
+    return out[:height]
+
+
+TABLE_HEAD = 5
+
+
+def command_text(command: List[str]) -> str:
+    return " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(command)) or "?"
