@@ -61,11 +61,16 @@ def test_thread_filter_by_name_or_tid(recording, fmt):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_time_window(recording, fmt):
     trace_path, trace = recording
+    # --from/--to count from the header's start of recording; the window is 0.3-0.8 s after the first sample
     start = trace.header["start_mono_ns"]
-    lo, hi = start + 300_000_000, start + 800_000_000
+    first = min(s[0] for s in trace.samples)
+    from_s = round((first - start) / 1e9 + 0.3, 3)
+    to_s = from_s + 0.5
+    lo, hi = start + int(from_s * 1e9), start + int(to_s * 1e9)
     want = expected_per_thread(trace, keep=lambda s: lo <= s[0] <= hi)
-    assert sum(want.values()) > 0
-    assert read(trace_path, trace, fmt, "--idle", "--from", "0.3", "--to", "0.8") == as_format(fmt, want)
+    assert 0 < sum(want.values()) < len(trace.samples)
+    got = read(trace_path, trace, fmt, "--idle", "--from", str(from_s), "--to", str(to_s))
+    assert got == as_format(fmt, want)
 
 
 def test_no_lines_merges_the_lines_of_a_function(recording):
