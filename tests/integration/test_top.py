@@ -1,0 +1,169 @@
+"""`sdb-sidecar top`, driven through a real terminal: tmux (send-keys, capture-pane) against a live
+Ruby program with known hot methods (tests/programs/top_target.rb)."""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import REPO, SIDECAR, wait_for
+
+pytestmark = [pytest.mark.once,
+              pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (scripts/setup-machine "
+                                                                          "installs it)")]
+
+ROW = re.compile(r"^\s*([\d.]+)%\s+([\d.]+)%\s+([\d.]+)s\s+([\d.]+)s\s+(.*)$")
+
+
+class Tmux:
+    """A tmux server of our own (its own socket) running one interactive shell in a 120x40 window."""
+
+    def __init__(self, name: str):
+        self.base = ["tmux", "-L", name]
+        env = dict(os.environ, PS1="$ ", TERM="xterm")
+        subprocess.run([*self.base, "-f", "/dev/null", "new-session", "-d", "-x", "120", "-y", "40", "-c", str(REPO),
+                        "bash --norc --noprofile"], check=True, env=env)
+
+    def send(self, *keys: str) -> None:
+        subprocess.run([*self.base, "send-keys", *keys], check=True)
+
+    def type_line(self, line: str) -> None:
+        self.send("-l", line)
+        self.send("Enter")
+
+    def screen(self) -> str:
+        return subprocess.run([*self.base, "capture-pane", "-p"], check=True, capture_output=True, text=True).stdout
+
+    def wait_screen(self, predicate, what: str, timeout: float = 20):
+        last = [""]
+
+        def check():
+            last[0] = self.screen()
+            return predicate(last[0])
+        try:
+            wait_for(check, timeout, 0.1, what)
+            return last[0]
+        except BaseException:
+            print(f"--- the screen, waiting for {what}:\n{last[0]}")
+            raise
+
+    def kill(self) -> None:
+        subprocess.run([*self.base, "kill-server"], capture_output=True)
+
+
+@pytest.fixture
+def tmux():
+    t = Tmux(f"sdb-test-{os.getpid()}-{time.monotonic_ns()}")
+    yield t
+    t.kill()
+
+
+def rows(screen: str):
+    """(label, %own, %total) of each table row, top to bottom."""
+    out = []
+    for line in screen.splitlines():
+        m = ROW.match(line)
+        if m:
+            out.append((m.group(5), float(m.group(1)), float(m.group(2))))
+    return out
+
+
+def samples_shown(screen: str) -> int:
+    m = re.search(r"samples (\d+)", screen)
+    return int(m.group(1)) if m else 0
+
+
+def index_of(table, name: str) -> int:
+    found = [i for i, r in enumerate(table) if r[0].startswith(name + " ")]
+    assert found, f"{name} not in {table}"
+    return found[0]
+
+
+def terminal_modes(tmux: Tmux, tag: str) -> str:
+    """icanon/echo as `stty -a` shows them in the pane's shell ("-echo" when echo is off)."""
+    tmux.type_line(f"echo \"{tag[:2]}\"\"{tag[2:]}[$(stty -a | tr -s ' ;' '\\n\\n' | grep -E '^-?(icanon|echo)$' "
+                   f"| tr '\\n' ' ')]\"")
+    screen = tmux.wait_screen(lambda s: re.search(rf"^{tag}\[(.*)\]$", s, re.M), f"stty output {tag}")
+    return re.search(rf"^{tag}\[(.*)\]$", screen, re.M).group(1)
+
+
+def test_top_shows_live_hot_functions_sorts_toggles_lines_and_restores_the_terminal(ruby_target, tmux):
+    # GIVEN a Ruby program with a hot leaf, a warm leaf, their caller and a sleeping thread
+    target = ruby_target("top_target.rb")
+    top = shlex.join([*SIDECAR, "top", "--pid", str(target.pid)])
+    # WHEN top runs in a terminal
+    tmux.type_line(f"{top}; echo TOP-EXIT=$?")
+    screen = tmux.wait_screen(lambda s: "top_leaf_warm" in s and samples_shown(s) >= 150, "150 samples")
+    # THEN the header names the process, its Ruby, the rate and its threads by state
+    assert f"sdb top: pid {target.pid}" in screen, screen
+    assert re.search(r"Ruby \d+\.\d+\.\d+", screen), screen
+    assert "sampling 100 Hz" in screen, screen
+    assert re.search(r"Threads: 2 +running 1, waiting for GVL 0, blocked 1", screen), screen
+    assert "Showing functions, sorted by %Own" in screen, screen
+    # AND sorted by own time, the hot leaf comes first and its caller (no own time) below it
+    table = rows(screen)
+    assert table[0][0].startswith("top_leaf_hot "), table
+    assert index_of(table, "top_leaf_hot") < index_of(table, "top_caller"), table
+    assert 50 < table[0][1] < 95, table     # about 3/4 of the running thread's samples
+    assert "top_nap" not in screen          # idle hidden
+    assert not re.search(r"top_target\.rb:\d+\)", screen), "line numbers shown in functions mode"
+
+    # WHEN "2" sorts by %Total
+    tmux.send("2")
+    screen = tmux.wait_screen(lambda s: "sorted by %Total" in s, "the %Total sort")
+    # THEN the caller (100% total) comes before the hot leaf
+    table = rows(screen)
+    assert index_of(table, "top_caller") < index_of(table, "top_leaf_hot"), table
+    assert index_of(table, "top_caller") <= 1 and table[index_of(table, "top_caller")][2] > 95, table
+
+    # WHEN "l" toggles lines
+    tmux.send("l")
+    screen = tmux.wait_screen(lambda s: "Showing lines" in s, "lines mode")
+    # THEN rows name lines: the hot leaf's lines lie inside it (lines 8-15 of top_target.rb)
+    hot_lines = [int(m) for m in re.findall(r"top_leaf_hot \(\S*top_target\.rb:(\d+)\)", screen)]
+    assert hot_lines and all(8 <= n <= 15 for n in hot_lines), screen
+
+    # WHEN "i" shows idle threads and "space" pauses
+    tmux.send("i")
+    screen = tmux.wait_screen(lambda s: "idle shown" in s and "top_nap" in s, "the idle thread")
+    tmux.send("Space")
+    tmux.wait_screen(lambda s: "[paused]" in s, "the paused header")
+
+    # WHEN the terminal is resized
+    subprocess.run([*tmux.base, "resize-window", "-x", "80", "-y", "20"], check=True)
+    screen = tmux.wait_screen(lambda s: s.rstrip("\n").splitlines()[-1:] and
+                              s.rstrip("\n").splitlines()[-1].startswith("keys:") and
+                              len(s.rstrip("\n").splitlines()) == 20, "the redraw at 80x20")
+    assert all(len(line) <= 80 for line in screen.splitlines()), screen
+
+    # WHEN q is pressed
+    tmux.send("q")
+    screen = tmux.wait_screen(lambda s: re.search(r"^TOP-EXIT=\d+$", s, re.M), "top's exit")
+    # THEN top exits 0, its screen is gone and the terminal is back in its normal modes
+    assert re.search(r"^TOP-EXIT=0$", screen, re.M), screen
+    assert "sdb top: pid" not in screen, screen
+    assert terminal_modes(tmux, "MODES1").split() == ["icanon", "echo"]
+    assert target.alive()
+
+
+def test_top_ends_on_ctrl_c_and_restores_the_terminal(ruby_target, tmux):
+    target = ruby_target("top_target.rb")
+    tmux.type_line(f"{shlex.join([*SIDECAR, 'top', '--pid', str(target.pid)])}; echo TOP-EXIT=$?")
+    tmux.wait_screen(lambda s: "top_leaf_hot" in s, "the hot function")
+    tmux.send("C-c")
+    screen = tmux.wait_screen(lambda s: re.search(r"^TOP-EXIT=\d+$", s, re.M), "top's exit")
+    assert re.search(r"^TOP-EXIT=0$", screen, re.M) and "sdb top: pid" not in screen, screen
+    assert terminal_modes(tmux, "MODES2").split() == ["icanon", "echo"]
+    assert target.alive()
+
+
+def test_top_errors_are_attachs_errors(tmp_path):
+    # no such process: one line and exit 3, before any terminal handling
+    r = subprocess.run([*SIDECAR, "top", "--pid", "999999999"], capture_output=True, text=True, cwd=str(REPO))
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.startswith("sdb-sidecar: error: no process with pid 999999999"), r.stderr
