@@ -113,9 +113,10 @@ def git_commit() -> str:
 
 
 def write_result(cfg, name: str, params: dict, rows: list, table: str, extra: dict = None) -> str:
-    os.makedirs(RESULTS, exist_ok=True)
+    results = getattr(cfg, "results", RESULTS)  # run.py --results
+    os.makedirs(results, exist_ok=True)
     # a --quick smoke run does not overwrite the full run's numbers
-    path = os.path.join(RESULTS, f"{name}{'-quick' if cfg.quick else ''}.json")
+    path = os.path.join(results, f"{name}{'-quick' if cfg.quick else ''}.json")
     doc = {"benchmark": name, "quick": cfg.quick, "machine": machine(cfg), "commit": git_commit(),
            "params": params, "rows": rows, "table": table}
     doc.update(extra or {})

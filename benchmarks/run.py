@@ -1,8 +1,9 @@
 """Run the sdb recording benchmarks; write benchmarks/results/<name>.json and print Markdown tables.
 
-  benchmarks/run.py --ruby /usr/bin/ruby --gem-home build/gem-home            # all, full (~10 min)
-  benchmarks/run.py ... --quick                                                   # smoke (< 1 min)
-  benchmarks/run.py ... --only sample_cost|sidecar_cpu|busy_pace [--rounds N]
+  benchmarks/run.py --ruby /usr/bin/ruby --gem-home build/gem-home            # all, full (~30 min)
+  benchmarks/run.py ... --quick                                                   # smoke (~2 min)
+  benchmarks/run.py ... --only sample_cost|sidecar_cpu|busy_pace|cpu_micro|rails_overhead [--rounds N]
+  benchmarks/run.py ... --only rails_overhead --only cpu_micro                    # issue #5 (~20 min)
 """
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import busy_pace  # noqa: E402
 import common  # noqa: E402
+import cpu_micro  # noqa: E402
+import rails_overhead  # noqa: E402
 import sample_cost  # noqa: E402
 import sidecar_cpu  # noqa: E402
 
-BENCHMARKS = {m.NAME: m for m in (sample_cost, sidecar_cpu, busy_pace)}
+BENCHMARKS = {m.NAME: m for m in (sample_cost, sidecar_cpu, busy_pace, cpu_micro, rails_overhead)}
 
 
 def main() -> int:
@@ -26,9 +29,12 @@ def main() -> int:
     ap.add_argument("--ruby", default="/usr/bin/ruby")
     ap.add_argument("--gem-home", default="", help="GEM_HOME with the sdb gem installed (make setup); "
                     "default: the gem installed in that Ruby (scripts/rubies)")
-    ap.add_argument("--quick", action="store_true", help="short smoke run (< 1 min), 1 round each")
+    ap.add_argument("--quick", action="store_true", help="short smoke run (~2 min for all), 1 round each")
     ap.add_argument("--only", choices=sorted(BENCHMARKS), action="append", help="run only this one (repeatable)")
     ap.add_argument("--rounds", type=int, default=0, help="rounds per configuration (default: per benchmark)")
+    ap.add_argument("--results", default=common.RESULTS, help="where the JSON results go (default benchmarks/results)")
+    ap.add_argument("--profiles", default=os.path.join(common.ROOT, "out", "bench"),
+                    help="where the profiles recorded by rails_overhead go (default out/bench)")
     cfg = ap.parse_args()
     cfg.gem_home = os.path.abspath(cfg.gem_home) if cfg.gem_home else ""
     names = cfg.only or list(BENCHMARKS)
@@ -40,11 +46,15 @@ def main() -> int:
     for name in names:
         t0 = time.monotonic()
         print(f"## {name}", file=sys.stderr, flush=True)
-        md = BENCHMARKS[name].run(cfg)
+        try:
+            md = BENCHMARKS[name].run(cfg)
+        except RuntimeError as e:  # a target, the app or a tool failed: say which, keep what ran
+            print(f"benchmarks: {name}: {e}", file=sys.stderr)
+            return 1
         out.append(md)
         print(f"  ({name}: {time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
     print("\n".join(out))
-    print(f"results: {os.path.relpath(common.RESULTS)}/" + ", ".join(f"{n}{'-quick' if cfg.quick else ''}.json" for n in names))
+    print(f"results: {os.path.relpath(cfg.results)}/" + ", ".join(f"{n}{'-quick' if cfg.quick else ''}.json" for n in names))
     return 0
 
 
