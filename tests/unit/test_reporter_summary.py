@@ -1,0 +1,49 @@
+"""summary and summary-by-line: stackprof-like tables, self and total samples with their share,
+most self time first; self adds up to every sample, total counts a function once per sample."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from format_recording import formats_trace, symbolize
+
+pytestmark = pytest.mark.once
+ROW = re.compile(r"^\s*(\d+)\s+([\d.]+)%\s+(\d+)\s+([\d.]+)%\s+(.*)$")
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    return formats_trace(tmp_path_factory)
+
+
+def table(text):
+    lines = text.splitlines()
+    n = int(re.match(r"sdb summary: ([\d,]+) samples", lines[0]).group(1).replace(",", ""))
+    assert lines[1].split()[:4] == ["TOTAL", "(pct)", "SAMPLES", "(pct)"]
+    rows = [ROW.match(l).groups() for l in lines[2:]]
+    return n, [(int(t), float(tp), int(s), float(sp), what) for t, tp, s, sp, what in rows]
+
+
+@pytest.mark.parametrize("fmt", ["summary", "summary-by-line"])
+def test_self_and_total_with_percentages(recording, fmt):
+    path, trace = recording
+    n, rows = table(symbolize(path, fmt, "--idle").stdout.decode())
+    assert n == len(trace.samples)
+    assert sum(r[2] for r in rows) == n                        # one leaf per sample
+    assert [r[2] for r in rows] == sorted((r[2] for r in rows), reverse=True)
+    for total, tp, own, sp, _ in rows:
+        assert own <= total <= n
+        assert abs(tp - 100.0 * total / n) < 0.006 and abs(sp - 100.0 * own / n) < 0.006
+    loop = next(r for r in rows if "format_crunch_loop" in r[4])
+    step = [r for r in rows if "format_crunch_step" in r[4]]
+    cruncher = sum(1 for s in trace.samples if s[1] == trace.serial_named("format_cruncher"))
+    assert loop[0] == cruncher if fmt == "summary" else loop[0] <= cruncher
+    assert sum(r[2] for r in step) <= cruncher and step
+
+
+def test_by_line_names_the_line(recording):
+    path, _ = recording
+    _, rows = table(symbolize(path, "summary-by-line", "--idle").stdout.decode())
+    step = [r[4] for r in rows if "format_crunch_step" in r[4]]
+    assert step and all(re.match(r".*formats\.rb:\d+ ", w) for w in step)
