@@ -252,6 +252,7 @@ cdef struct ThreadEvt:
 cdef struct AddrEvt:
     uint64_t addr
     uint64_t at_ns
+    uint64_t encoded     # new ISeqs: iseq_encoded as seen (the remote read must find the same ISeq)
 
 cdef struct RawFrame:       # one frame as read, before interning
     uint64_t iseq
@@ -687,11 +688,12 @@ cdef class Sampler:
         e.encoded = encoded
         e.size = size
         # a new ISeq, or a reused address: Python reads its symbol (unless eBPF named it at birth)
-        if not known and self.named is not None and lr_get(self.named.m, iseq, &encoded):
+        if not known and self.named is not None and lr_get(self.named.m, iseq, &size):
             return 1
         if grow(<void **>&self.g.new_iseqs, &self.g.new_iseq_cap, self.g.new_iseq_len + 1, sizeof(AddrEvt)) == 0:
             self.g.new_iseqs[self.g.new_iseq_len].addr = iseq
             self.g.new_iseqs[self.g.new_iseq_len].at_ns = now
+            self.g.new_iseqs[self.g.new_iseq_len].encoded = encoded
             self.g.new_iseq_len += 1
         return 1
 
@@ -1596,6 +1598,7 @@ cdef class Sampler:
                      "name": (<bytes>tev[i].name).decode("utf-8", "replace")}
                     for i in range(taken.tevt_len)],
                 "new_iseqs": [(taken.new_iseqs[i].addr, taken.new_iseqs[i].at_ns) for i in range(taken.new_iseq_len)],
+                "new_iseq_encoded": [taken.new_iseqs[i].encoded for i in range(taken.new_iseq_len)],
                 "new_mes": [(taken.new_mes[i].addr, taken.new_mes[i].at_ns) for i in range(taken.new_me_len)],
             }
         finally:

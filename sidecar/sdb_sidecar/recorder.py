@@ -23,6 +23,11 @@ STATUS_INTERVAL_S = 0.5
 STALL_GRACE_S = 3.0
 
 
+# the name of a sampled ISeq that was gone before it could be read (without eBPF to name it at birth)
+UNKNOWN_ISEQ = {"label": "(unknown)", "base_label": "(unknown)", "path": "", "realpath": None, "first_line": 0,
+                "type": -1}
+
+
 class Drainer:
     """Turns what the sampler gathered into trace records (and names new ISeqs)."""
 
@@ -41,12 +46,21 @@ class Drainer:
         self.names[addr] = info
         self.writer.iseq(addr, at_ns=at_ns, source=source, **info, **extra)
 
-    def remote_iseq(self, addr: int, at_ns: int) -> None:
+    def remote_iseq(self, addr: int, at_ns: int, encoded: int = 0) -> None:
+        """Name an ISeq by reading it now. `encoded`: its instructions' address when it was sampled;
+        if the ISeq there now has others, the sampled one was freed (or moved) and its slot reused
+        since: its name is lost, never taken from its successor."""
         self.remote.forget(addr)
         try:
+            if encoded and self.remote.u64(self.remote.iseq_body(addr) + self.remote.L["body_iseq_encoded"],
+                                           "ISeq instructions") != encoded:
+                raise RemoteReadError(f"ISeq 0x{addr:x} was replaced before it was read")
             info = self.remote.iseq_info(addr)
         except RemoteReadError:
             self.symbol_errors += 1
+            if self.ebpf is None:
+                # what held here before must not name this sample
+                self.write_iseq(addr, at_ns, "remote", UNKNOWN_ISEQ)
             return
         self.write_iseq(addr, at_ns, "remote", info)
 
@@ -70,15 +84,15 @@ class Drainer:
         for ev in d["threads"]:
             if not ev["ended"]:
                 w.thread(ev["serial"], ev["tid"], ev["name"], ev["start_ns"], ev["flags"], ev["at_ns"])
-        for addr, at_ns in d["new_iseqs"]:
-            self.remote_iseq(addr, at_ns)
+        for (addr, at_ns), encoded in zip(d["new_iseqs"], d["new_iseq_encoded"]):
+            self.remote_iseq(addr, at_ns, encoded)
         for me, at_ns in d["new_mes"]:
             try:
-                name = self.remote.cfunc_name(me)
+                m = self.remote.method_info(me)
             except RemoteReadError:
                 self.symbol_errors += 1
-                name = None
-            w.cfunc(me, name, at_ns, source="remote")
+                m = {"name": None, "type": -1, "class_path": None, "singleton": False}
+            w.method(me, at_ns=at_ns, source="remote", **m)
         if d["frame_kind"]:
             lines = [self.remote.line(i, pc) if k == 0 else 0
                      for k, i, pc in zip(d["frame_kind"], d["frame_iseq"], d["frame_pc"])]
