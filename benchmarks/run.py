@@ -20,8 +20,10 @@ import cpu_micro  # noqa: E402
 import rails_overhead  # noqa: E402
 import sample_cost  # noqa: E402
 import sidecar_cpu  # noqa: E402
+import symbolize_formats  # noqa: E402
 
-BENCHMARKS = {m.NAME: m for m in (sample_cost, sidecar_cpu, busy_pace, cpu_micro, rails_overhead)}
+BENCHMARKS = {m.NAME: m for m in (sample_cost, sidecar_cpu, busy_pace, cpu_micro, rails_overhead,
+                                   symbolize_formats)}
 
 
 def main() -> int:

@@ -113,7 +113,7 @@ def symbolize(trace: str, fmt: str, out: str) -> dict:
 
 def run(cfg) -> str:
     quick = cfg.quick
-    n = 100_000 if quick else 1_000_000
+    n = 200_000 if quick else 1_000_000
     rounds = cfg.rounds or (1 if quick else 3)
     tmp = tempfile.mkdtemp(prefix="sdb-bench-symbolize-")
     results = {"samples": n, "rounds": rounds, "formats": {}, "flat_memory": {}}
@@ -150,7 +150,8 @@ def run(cfg) -> str:
             r = symbolize(big, fmt, os.path.join(tmp, f"big.{fmt}"))
             results["flat_memory"][fmt] = {"samples": big_n, "peak_rss_mib": r["peak_rss_mib"], "wall_s": r["wall_s"],
                                            "small_peak_rss_mib": small["peak_rss_mib"]}
-            flat.append(f"| {fmt} | {small['peak_rss_mib']:.0f} | {r['peak_rss_mib']:.0f} | {r['wall_s']:.1f} |")
+            flat.append(f"| {fmt} | {small['peak_rss_mib']:.0f} | {r['peak_rss_mib']:.0f} | {r['wall_s']:.1f} "
+                        f"({big_n / r['wall_s']:,.0f} samples/s) |")
             os.unlink(os.path.join(tmp, f"big.{fmt}"))
     finally:
         for name in os.listdir(tmp):

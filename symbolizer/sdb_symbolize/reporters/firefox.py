@@ -36,6 +36,7 @@ class _Thread:
         self.stack_ids: Dict[tuple, int] = {}   # (prefix, frame, category) -> stack index
         self.stack_rows: List[tuple] = []       # (prefix, frame, category)
         self.leaf: Dict[tuple, int] = {}        # (Stack.id, state) -> stack index (-1: empty)
+        self.frames_of: Dict[int, List[int]] = {}  # Stack.id -> frame indexes, root first
         self.times = array("d")
         self.stacks = array("l")
 
@@ -47,14 +48,15 @@ class _Thread:
         return i
 
     def frame(self, f) -> int:
-        i = self.frame_ids.get(f)
+        fkey = (f.label, f.path, f.line)
+        i = self.frame_ids.get(fkey)
         if i is None:
             fkey = (f.label, f.path or "")
             fn = self.func_ids.get(fkey)
             if fn is None:
                 fn = self.func_ids[fkey] = len(self.funcs)
                 self.funcs.append((self.s(f.label), self.s(f.path) if f.path else None, bool(f.path)))
-            i = self.frame_ids[f] = len(self.frames)
+            i = self.frame_ids[fkey] = len(self.frames)
             self.frames.append((fn, f.line or None))
         return i
 
@@ -63,9 +65,12 @@ class _Thread:
         i = self.leaf.get(key)
         if i is None:
             cat = STATE_CATEGORY.get(state, 4)
+            frames = self.frames_of.get(stack.id)
+            if frames is None:
+                frames = self.frames_of[stack.id] = [self.frame(f) for f in stack.frames]
             i = -1
-            for f in stack.frames:
-                row = (i if i >= 0 else None, self.frame(f), cat)
+            for fr in frames:
+                row = (i if i >= 0 else None, fr, cat)
                 j = self.stack_ids.get(row)
                 if j is None:
                     j = self.stack_ids[row] = len(self.stack_rows)
@@ -154,5 +159,5 @@ class FirefoxReporter(Reporter):
             "libs": [], "pages": [], "counters": [],
             "threads": [self.thread_json(th, pid, end_ms, process_name) for th in threads],
         }
-        json.dump(profile, out, separators=(",", ":"), ensure_ascii=False)
+        out.write(json.dumps(profile, separators=(",", ":"), ensure_ascii=False))   # the C encoder
         out.write("\n")
