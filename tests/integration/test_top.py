@@ -78,8 +78,13 @@ def samples_shown(screen: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def names(label: str, name: str) -> bool:
+    """The row is method `name`, bare or qualified (`Object#name`)."""
+    return re.match(rf"^(?:[\w:]+[#.])?{name} \(", label) is not None
+
+
 def index_of(table, name: str) -> int:
-    found = [i for i, r in enumerate(table) if r[0].startswith(name + " ")]
+    found = [i for i, r in enumerate(table) if names(r[0], name)]
     assert found, f"{name} not in {table}"
     return found[0]
 
@@ -107,7 +112,7 @@ def test_top_shows_live_hot_functions_sorts_toggles_lines_and_restores_the_termi
     assert "Showing functions, sorted by %Own" in screen, screen
     # AND sorted by own time, the hot leaf comes first and its caller (no own time) below it
     table = rows(screen)
-    assert table[0][0].startswith("top_leaf_hot "), table
+    assert names(table[0][0], "top_leaf_hot"), table
     assert index_of(table, "top_leaf_hot") < index_of(table, "top_caller"), table
     assert 50 < table[0][1] < 95, table     # about 3/4 of the running thread's samples
     assert "top_nap" not in screen          # idle hidden
