@@ -12,7 +12,7 @@ class SummaryReporter(Reporter):
     recursion), with their share of all samples; most self time first."""
 
     name = "summary"
-    extension = ".txt"
+    extension = ".summary.txt"
     what = "FUNCTION"
 
     def __init__(self, header, options):

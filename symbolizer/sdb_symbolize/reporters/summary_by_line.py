@@ -9,6 +9,7 @@ class SummaryByLineReporter(SummaryReporter):
     """The summary table per source line (`path:line` and the function it is in)."""
 
     name = "summary-by-line"
+    extension = ".summary-by-line.txt"
     what = "LINE"
 
     def key(self, frame) -> Tuple:
