@@ -82,20 +82,21 @@ class Recording:
                 pass
 
     def run(self) -> int:
-        handlers = {signal.SIGINT: self.on_signal, signal.SIGTERM: self.on_signal,
-                    signal.SIGHUP: signal.SIG_IGN}  # a hang-up reaches the program; the recording ends with it
-        old = {s: signal.signal(s, h) for s, h in handlers.items()}
+        # handlers, not SIG_IGN: exec resets them, so the program starts with the default dispositions
+        old = {s: signal.signal(s, self.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         counts = error = None
         try:
             try:
                 self.child = subprocess.Popen(self.argv, env=self.env)
             except OSError as e:
                 raise SdbError(f"cannot run {self.argv[0]}: {e.strerror}", Exit.CHILD_FAILED) from None
+            # a hang-up reaches the program too; the recording ends when the program does
+            old[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)
             try:
                 target = self.wait_for_target()
                 if target is not None:
                     counts = record(target, self.args.output, self.args.rate, self.args.duration, True,
-                                    self.args.max_depth, on_signal=self.on_signal)
+                                    self.args.max_depth, on_signal=self.on_signal, ebpf=not self.args.no_ebpf)
             except SdbError as e:  # the program runs on, unrecorded, as it would without sdb
                 error = e
                 sys.stderr.write(f"sdb-sidecar: error: {e} (the program runs on, unrecorded)\n")
