@@ -98,6 +98,9 @@ def run(args) -> int:
             out.close()
         else:
             out.flush()
+    if tables.error is None and samples.samples_in and not samples.samples_out:
+        sys.stderr.write(f"sdb-symbolize: warning: none of the {samples.samples_in} samples match the filters "
+                         f"(--thread, --from/--to, --idle)\n")
     if tables.error is not None:
         sys.stderr.write(f"sdb-symbolize: error: {tables.error} ({tables.sample_count} samples before it "
                          f"were written)\n")
