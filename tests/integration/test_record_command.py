@@ -129,9 +129,17 @@ def test_program_whose_ruby_has_no_sdb_gem_is_not_run_and_one_line_says_how_to_i
 
 
 # ------------------------------------------------------------------ what comes after a recording
+NEXT = "sdb: next, make a profile with one of:"
+
+
 def printed_commands(stderr: str):
-    """The indented command lines attach/record print after the recording."""
-    return [shlex.split(line) for line in stderr.splitlines() if line.startswith("  ")]
+    """The indented command lines attach/record print after the recording, under NEXT."""
+    lines = stderr.splitlines()
+    if NEXT not in lines:
+        return []
+    after = lines[lines.index(NEXT) + 1:]
+    return [shlex.split(line) for line in after[:next((i for i, l in enumerate(after) if not l.startswith("  ")),
+                                                      len(after))]]
 
 
 def run_printed_commands(stderr: str, cwd: Path):
