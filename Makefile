@@ -52,9 +52,10 @@ $(STAMPS)/gem: $(GEM_SOURCES) Rakefile $(STAMPS)/machine
 	@touch $@
 
 # What the output-format tests open in headless Chromium (/usr/bin/chromium, from setup-machine):
-# the speedscope app, and playwright-core to drive the browser. Pinned, from the npm registry.
-NPM_PACKAGES := speedscope@1.25.0 playwright-core@1.65.1
-$(STAMPS)/npm: $(STAMPS)/machine
+# the speedscope app, and playwright-core to drive the browser; pprof-format, an independent pprof
+# decoder. Pinned, from the npm registry.
+NPM_PACKAGES := speedscope@1.25.0 playwright-core@1.65.1 pprof-format@2.3.2
+$(STAMPS)/npm: Makefile $(STAMPS)/machine
 	@mkdir -p $(STAMPS) $(BUILD)/speedscope
 	npm install --prefix $(BUILD)/speedscope --no-audit --no-fund --loglevel=error $(NPM_PACKAGES) >/dev/null
 	@echo "$(NPM_PACKAGES)" > $@
