@@ -183,7 +183,7 @@ def screen_lines(info: dict, view: View, st: Settings, width: int, height: int) 
     period = 1.0 / info["rate_hz"]
     state = "  [paused]" if st.paused else ""
     if info.get("exited"):
-        state = f"  [process {info['pid']} exited: q quits]"
+        state = "  [exited]"
     head = [
         f"sdb top: pid {info['pid']}  {info['command']}",
         f"Ruby {info['ruby']}   sampling {info['rate_hz']:g} Hz (achieved {info['achieved_hz']:.0f})   "
