@@ -299,7 +299,7 @@ def read_trace(path) -> Trace:
 
 
 # ------------------------------------------------------------------ registry
-HEADER_FORMAT = "<8sIIIIIIII"   # magic, version, header_size, slot_size, slot_count, slots_offset, pid, status, reserved0
+HEADER_FORMAT = "<8sIIIIIIII"   # magic, version, header_size, slot_size, slot_count, slots_offset, pid, status, gc_active
 SLOT_FORMAT = "<QIIQ"           # gen, live, native_tid, serial (the slot's first 24 bytes)
 
 

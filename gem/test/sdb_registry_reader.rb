@@ -3,7 +3,7 @@
 # Reads /dev/shm/sdb-<pid> the way the sidecar does, from plain Ruby:
 # File.binread + unpack at the offsets the header gives. Test use only.
 module SdbRegistryReader
-  HEADER = %w[magic version header_size slot_size slot_count slots_offset pid status reserved0
+  HEADER = %w[magic version header_size slot_size slot_count slots_offset pid status gc_active
               proc_start_ticks created_mono_ns gen ruby_version ruby_description layout_name
               disabled_reason].freeze
   HEADER_FORMAT = "a8L8Q3Z32Z160Z16Z200"

@@ -118,9 +118,17 @@ cdef extern from "sdb_registry.h" nogil:
         uint16_t fl_singleton_bit
         uint16_t tlast_op_id
         uint16_t qnil
-        uint16_t reserved16[12]
+        uint16_t class_ext_ptr
+        uint16_t classext_iv_tbl
+        uint16_t classext_attached_object
+        uint16_t singleton_any_type
+        uint16_t body_builtin_attrs
+        uint16_t reserved16[7]
         uint64_t global_symbols_addr
-        uint64_t reserved64[7]
+        uint64_t id_classpath
+        uint64_t id_tmp_classpath
+        uint64_t id_attached
+        uint64_t reserved64[4]
     struct sdb_slot:
         uint64_t gen
         uint32_t live

@@ -1,12 +1,13 @@
 """One look at every thread's stack, like jstack: innermost frame first."""
 from __future__ import annotations
 
+from sdb_trace import GC_LABEL, KIND_CFUNC, KIND_GC, KIND_RUBY, KIND_TRUNCATED, full_label
+
 from . import _sampler
 from .errors import Exit, SdbError
 from .symbols import RemoteReadError, RemoteRuby
 from .target import Target, permission_error
 
-KIND_RUBY, KIND_CFUNC, KIND_OTHER, KIND_TRUNCATED = 0, 1, 2, 3
 TICKS = 5  # a thread whose read is torn twice in one tick gets another tick
 
 
@@ -43,32 +44,43 @@ def snapshot(target: Target, max_depth: int = 2048) -> dict:
 
 
 def _frames(raw, remote: RemoteRuby, names: dict) -> list:
-    """Frame dicts, innermost first. A C function takes the path and line of the Ruby frame
-    that called it, as Ruby's own backtrace does."""
+    """Frame dicts, innermost first, labelled as rb_profile_frame_full_label (sdb_trace.full_label).
+    A C function takes the path and line of the Ruby frame that called it, as Ruby's own
+    backtrace does."""
     out = []
     caller = (None, 0)
     for kind, iseq, pc, me in reversed(raw):       # outermost first, to know each caller
+        method = None
+        if me:
+            method = names.get(("me", me), False)
+            if method is False:
+                try:
+                    method = remote.method_info(me)
+                except RemoteReadError:
+                    method = None
+                names[("me", me)] = method
         if kind == KIND_RUBY:
             info = names.get(iseq)
             if info is None:
                 try:
                     info = remote.iseq_info(iseq)
                 except RemoteReadError:
-                    info = {"label": f"(unknown ISeq 0x{iseq:x})", "path": None}
+                    info = {"label": f"(unknown ISeq 0x{iseq:x})", "base_label": "", "path": None}
                 names[iseq] = info
+            if info.get("c_trace"):
+                # a built-in Ruby method Ruby's backtrace shows as a C method (Ruby 3.4, YJIT's
+                # Array#each): located at its caller, like one
+                out.append({"label": full_label(KIND_RUBY, info, method), "path": caller[0], "line": caller[1]})
+                continue
             caller = (info["path"], remote.line(iseq, pc))
-            out.append({"label": info["label"], "path": info["path"], "line": caller[1]})
+            out.append({"label": full_label(KIND_RUBY, info, method), "path": info["path"], "line": caller[1]})
         elif kind == KIND_CFUNC:
-            name = names.get(("me", me), False)
-            if name is False:
-                try:
-                    name = remote.cfunc_name(me)
-                except RemoteReadError:
-                    name = None
-                names[("me", me)] = name
-            out.append({"label": name or "(C function)", "path": caller[0], "line": caller[1], "cfunc": True})
+            out.append({"label": full_label(KIND_CFUNC, None, method), "path": caller[0], "line": caller[1],
+                        "cfunc": True})
         elif kind == KIND_TRUNCATED:
             out.append({"label": "(truncated)", "path": None, "line": 0})
+        elif kind == KIND_GC:
+            out.append({"label": GC_LABEL, "path": None, "line": 0})
     out.reverse()
     return out
 

@@ -23,6 +23,28 @@ IMM_TABLE = 54  # succ_index_table: ranks of the first 54 positions are kept imm
 MAX_ISEQ_SIZE = 1 << 22  # instruction words; larger means the ISeq was freed and its memory reused
 
 
+T_CLASS = 0x02
+T_MODULE = 0x03
+T_ICLASS = 0x1C
+RCLASS_SUPER = 16  # struct RClass {RBasic basic; VALUE super; ...}, every 3.x
+BUILTIN_ATTR_C_TRACE = 0x08  # vm_core.h: a Ruby method Ruby's backtrace shows as a C method
+DEF_ISEQ = 0       # rb_method_type_t VM_METHOD_TYPE_ISEQ
+DEF_BODY = 8       # rb_method_definition_t.body (iseq: its rb_iseq_t* first)
+# ruby/st.h struct st_table (the same since Ruby 2.4): entries_start, entries_bound, entries;
+# st.c st_table_entry {hash, key, record}. Class ivars live in one on Ruby 3.1.
+ST_ENTRIES_START = 32
+ST_ENTRIES = 48
+ST_ENTRY_SIZE = 24
+
+
+def _special_const(v: int) -> bool:
+    return v == 0 or v & 7 != 0 or v < 4096
+
+
+def _nil(v: Optional[int], L: dict) -> bool:
+    return v is None or v == 0 or v == L["qnil"] or v & 7 != 0
+
+
 class RemoteReadError(Exception):
     pass
 
@@ -118,8 +140,13 @@ class RemoteRuby:
         else:
             first_line = struct.unpack_from("<i", b, L["body_first_lineno"])[0]
         path, realpath = self.pathobj(pathobj)
-        return {"label": label, "base_label": base_label, "path": path, "realpath": realpath,
+        info = {"label": label, "base_label": base_label, "path": path, "realpath": realpath,
                 "first_line": first_line, "type": itype}
+        if L["body_builtin_attrs"] != NA:
+            attrs = struct.unpack("<I", self.read(body + L["body_builtin_attrs"], 4, "ISeq attributes"))[0]
+            if attrs & BUILTIN_ATTR_C_TRACE:
+                info["c_trace"] = True
+        return info
 
     def pathobj(self, value: int) -> Tuple[str, Optional[str]]:
         """A pathobj is a String (path == realpath) or an Array [path, realpath]."""
@@ -152,12 +179,128 @@ class RemoteRuby:
 
     def cfunc_name(self, me: int) -> Optional[str]:
         """The name Ruby's backtrace gives a C method frame (its original method name)."""
+        return self.method_info(me)["name"]
+
+    def method_info(self, me: int) -> dict:
+        """What naming a frame needs from a callable method entry (rb_profile_frame_full_label):
+        `name` (cfunc: the original method name; a Ruby method: its ISeq's base label), `type`
+        (method definition type: 0 ISeq, 1 C function, 4 define_method, ...), `class_path` (the
+        path of the class it is defined in, as rb_profile_frame_classpath gives it; None when
+        unknown) and `singleton` (a singleton method: `Foo.bar`, not `Foo#bar`)."""
         L = self.L
-        flags = self.u64(me, "method entry")
+        head = self.read(me, 40, "method entry")
+        flags = struct.unpack_from("<Q", head, 0)[0]
         if flags & T_MASK != T_IMEMO or (flags >> 12) & 0xF != IMEMO_MENT:
             raise RemoteReadError(f"0x{me:x} is not a method entry")
-        d = self.u64(me + L["me_def"], "method definition")
-        return self.id_name(self.u64(d + L["def_original_id"], "method id"))
+        defined_class = struct.unpack_from("<Q", head, L["me_defined_class"])[0]
+        d = struct.unpack_from("<Q", head, L["me_def"])[0]
+        dbytes = self.read(d, L["def_original_id"] + 8, "method definition")
+        mtype = dbytes[0] & 0xF
+        name = None
+        if mtype == DEF_ISEQ:
+            try:
+                name = self.iseq_info(struct.unpack_from("<Q", dbytes, DEF_BODY)[0])["base_label"]
+            except RemoteReadError:
+                name = None
+        if name is None:
+            name = self.id_name(struct.unpack_from("<Q", dbytes, L["def_original_id"])[0])
+        class_path, singleton = None, False
+        if defined_class and defined_class != L["qnil"]:
+            try:
+                class_path, singleton = self.class_of_method(defined_class)
+            except RemoteReadError:
+                class_path = None
+        return {"name": name, "type": mtype, "class_path": class_path, "singleton": singleton}
+
+    # ------------------------------------------------------------ classes
+    def _class_head(self, klass: int) -> Tuple[int, int]:
+        flags, kls = struct.unpack("<QQ", self.read(klass, 16, "class"))
+        return flags, kls
+
+    def class_of_method(self, klass: int) -> Tuple[Optional[str], bool]:
+        """rb_profile_frame_classpath and singleton_method_p of a defined_class."""
+        flags, parent = self._class_head(klass)
+        t = flags & T_MASK
+        # before 3.4 Ruby tests FL_SINGLETON on any defined_class: an ICLASS whose bit means
+        # something else (RICLASS_IS_ORIGIN on 3.3) makes `Kernel.sleep`, as Ruby itself says
+        flagged = bool(flags & (1 << self.L["fl_singleton_bit"]))
+        if t == T_ICLASS:                              # a module included: name the module
+            return self.class_path(parent), flagged and bool(self.L["singleton_any_type"])
+        if t not in (T_CLASS, T_MODULE):
+            raise RemoteReadError(f"0x{klass:x} is not a class (type 0x{t:x})")
+        if flagged and (t == T_CLASS or self.L["singleton_any_type"]):
+            obj = self.attached_object(klass)
+            if obj is None:
+                return None, True
+            oflags = self.u64(obj, "singleton's object") if not _special_const(obj) else 0
+            if not _special_const(obj) and oflags & T_MASK in (T_CLASS, T_MODULE):
+                return self.class_path(obj), True
+            # rb_profile_frame_classpath: "#<%s:%p>" of the object's class
+            return f"#<{self.class_path(self.real_class(obj)) or '?'}:0x{obj:016x}>", True
+        return self.class_path(klass), False
+
+    def real_class(self, obj: int) -> int:
+        """rb_obj_class: the object's class, past singleton classes and included modules."""
+        klass = struct.unpack_from("<Q", self.read(obj, 16, "object"), 8)[0]
+        for _ in range(64):
+            flags, _k = self._class_head(klass)
+            if flags & T_MASK == T_ICLASS or flags & (1 << self.L["fl_singleton_bit"]):
+                klass = self.u64(klass + RCLASS_SUPER, "superclass")
+                continue
+            return klass
+        raise RemoteReadError(f"no class found for 0x{obj:x}")
+
+    def attached_object(self, klass: int) -> Optional[int]:
+        L = self.L
+        if L["classext_attached_object"] != NA:
+            return self.u64(klass + L["classext_attached_object"], "singleton's object")
+        if L["id_attached"]:
+            return self.class_ivar(klass, L["id_attached"])
+        return None
+
+    def class_ivar(self, klass: int, id_: int) -> Optional[int]:
+        """A hidden ivar of a class kept in its st_table (Ruby 3.1); None when absent."""
+        L = self.L
+        ext = self.u64(klass + L["class_ext_ptr"], "class extension")
+        tbl = self.u64(ext + L["classext_iv_tbl"], "class ivar table")
+        if not tbl:
+            return None
+        head = self.read(tbl, ST_ENTRIES + 8, "class ivar table")
+        start, bound, entries = struct.unpack_from("<QQQ", head, ST_ENTRIES_START)
+        if bound < start or bound - start > 4096:
+            raise RemoteReadError(f"class ivar table at 0x{tbl:x} has implausible bounds")
+        if bound == start:
+            return None
+        raw = self.read(entries + start * ST_ENTRY_SIZE, (bound - start) * ST_ENTRY_SIZE, "class ivar entries")
+        for i in range(bound - start):
+            _h, key, value = struct.unpack_from("<QQQ", raw, i * ST_ENTRY_SIZE)
+            if key == id_:
+                return value
+        return None
+
+    def class_path(self, klass: int, depth: int = 0) -> Optional[str]:
+        """rb_class_path: the permanent or temporary path, else `#<Class:0x...>` (anonymous)."""
+        L = self.L
+        path = None
+        if L["classext_classpath"] != NA:
+            path = self.u64(klass + L["classext_classpath"], "class path")
+        elif L["id_classpath"]:
+            path = self.class_ivar(klass, L["id_classpath"])
+            if _nil(path, L):
+                path = self.class_ivar(klass, L["id_tmp_classpath"])
+        else:
+            return None
+        if not _nil(path, L):
+            return self.string(path, "class path")
+        flags, meta = self._class_head(klass)
+        if flags & T_MASK == T_MODULE and depth < 4:
+            # rb_tmp_class_path: a module whose class is not Module (a Refinement) names that class
+            mclass = self.real_class(klass)
+            mname = self.class_path(mclass, depth + 1)
+            if mname and mname != "Module":
+                return f"#<{mname}:0x{klass:016x}>"
+            return f"#<Module:0x{klass:016x}>"
+        return f"#<Class:0x{klass:016x}>"
 
     # ------------------------------------------------------------ lines
     def _line_table(self, iseq: int):

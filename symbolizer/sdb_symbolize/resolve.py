@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from sdb_trace import KIND_CFUNC, KIND_OTHER, KIND_RUBY, KIND_TRUNCATED, Tables
+from sdb_trace import GC_LABEL, KIND_CFUNC, KIND_GC, KIND_OTHER, KIND_RUBY, KIND_TRUNCATED, Tables, full_label
 
 
 class Frame:
-    __slots__ = ("name", "label", "path", "line")
+    __slots__ = ("name", "label", "path", "line", "located_at_caller")
 
-    def __init__(self, label: str, path: Optional[str], line: int):
+    def __init__(self, label: str, path: Optional[str], line: int, located_at_caller: bool = False):
+        self.located_at_caller = located_at_caller
         self.label = label
         self.path = path
         self.line = line
@@ -33,27 +34,37 @@ class Resolver:
 
     def _ambiguous(self, fid: int) -> bool:
         kind = self.t.frame_kind[fid]
-        if kind == KIND_RUBY:
-            return len(self.t.iseqs.get(self.t.frame_iseq[fid], ())) > 1
-        if kind == KIND_CFUNC:
-            return len(self.t.cfuncs.get(self.t.frame_me[fid], ())) > 1
-        return False
+        if kind == KIND_RUBY and len(self.t.iseqs.get(self.t.frame_iseq[fid], ())) > 1:
+            return True
+        return len(self.t.cfuncs.get(self.t.frame_me[fid], ())) > 1
 
     def frame(self, fid: int, t_ns: int, caller: Optional[Frame]) -> Optional[Frame]:
+        """Labels as rb_profile_frame_full_label (sdb_trace.full_label): the frame's ISeq symbol
+        and its method entry's `method` symbol, each the one holding at t_ns."""
         kind = self.t.frame_kind[fid]
+        if kind == KIND_RUBY or kind == KIND_CFUNC:
+            me = self.t.frame_me[fid]
+            msym = self.t.symbol_at(self.t.cfuncs, me, t_ns) if me else None
+            method = msym.record if msym is not None else None
         if kind == KIND_RUBY:
             iseq = self.t.frame_iseq[fid]
             sym = self.t.symbol_at(self.t.iseqs, iseq, t_ns)
             if sym is None:
                 return Frame(f"(unknown ISeq 0x{iseq:x})", None, 0)
-            return Frame(sym.label, sym.path, self.t.frame_line[fid] or sym.first_line)
+            if sym.record.get("c_trace"):
+                # a built-in Ruby method Ruby's backtrace shows as a C method: at its caller
+                return Frame(full_label(KIND_RUBY, sym.record, method), caller.path if caller else None,
+                             caller.line if caller else 0, located_at_caller=True)
+            return Frame(full_label(KIND_RUBY, sym.record, method), sym.path,
+                         self.t.frame_line[fid] or sym.first_line)
         if kind == KIND_CFUNC:
-            sym = self.t.symbol_at(self.t.cfuncs, self.t.frame_me[fid], t_ns)
-            name = sym.label if sym is not None and sym.label else "(C function)"
             # like Ruby's backtrace: a C function is located at its Ruby caller
-            return Frame(name, caller.path if caller else None, caller.line if caller else 0)
+            return Frame(full_label(KIND_CFUNC, None, method), caller.path if caller else None,
+                         caller.line if caller else 0)
         if kind == KIND_TRUNCATED:
             return Frame("(truncated)", None, 0)
+        if kind == KIND_GC:
+            return Frame(GC_LABEL, None, 0)
         return None  # KIND_OTHER: not shown, as in Ruby's own backtraces
 
     def stack(self, sid: int, t_ns: int) -> Tuple[Frame, ...]:
@@ -68,7 +79,7 @@ class Resolver:
             f = self.frame(fid, t_ns, caller)
             if f is None:
                 continue
-            if self.t.frame_kind[fid] == KIND_RUBY:
+            if self.t.frame_kind[fid] == KIND_RUBY and not f.located_at_caller:
                 caller = f
             out.append(f)
         result = tuple(out)

@@ -19,6 +19,10 @@ KIND_RUBY = 0
 KIND_CFUNC = 1
 KIND_OTHER = 2
 KIND_TRUNCATED = 3
+KIND_GC = 4        # the thread was collecting garbage: "(garbage collection)", innermost
+GC_LABEL = "(garbage collection)"
+METHOD_ISEQ = 0    # method record `type`: rb_method_type_t (VM_METHOD_TYPE_ISEQ, CFUNC, ...)
+METHOD_CFUNC = 1
 
 STATE_UNKNOWN = 0
 STATE_RUNNING = 1
@@ -92,6 +96,11 @@ class TraceWriter:
 
     def cfunc(self, me: int, name: Optional[str], at_ns: int, source: str = "remote") -> None:
         self._write({"t": "cfunc", "me": me, "name": name, "at_ns": at_ns, "source": source})
+
+    def method(self, me: int, name: Optional[str], type: int, class_path: Optional[str], singleton: bool,
+               at_ns: int, source: str = "remote") -> None:
+        self._write({"t": "method", "me": me, "name": name, "type": type, "class_path": class_path,
+                     "singleton": bool(singleton), "at_ns": at_ns, "source": source})
 
     def end(self, **counts) -> None:
         rec = {"t": "end"}
@@ -202,7 +211,7 @@ class Tables:
     frame_line: List[int] = field(default_factory=list)
     stacks: List[List[int]] = field(default_factory=list)
     iseqs: Dict[int, List[Symbol]] = field(default_factory=dict)  # addr -> symbols by time
-    cfuncs: Dict[int, List[Symbol]] = field(default_factory=dict)
+    cfuncs: Dict[int, List[Symbol]] = field(default_factory=dict)  # method entry -> `method` symbols
     end: Optional[dict] = None
     sample_count: int = 0
     good_sample_records: int = 0
@@ -292,7 +301,9 @@ def load_tables(path: str) -> Tables:
                     sym = Symbol(rec.get("at_ns", 0), rec.get("label") or "", rec.get("path") or "",
                                  rec.get("first_line") or 0, rec.get("source", ""), rec)
                     _insert_symbol(tables.iseqs, rec["addr"], sym)
-                elif t == "cfunc":
+                elif t == "cfunc" or t == "method":
+                    if t == "cfunc":       # the older record: a C method's name only
+                        rec = dict(rec, type=METHOD_CFUNC, class_path=None, singleton=False)
                     sym = Symbol(rec.get("at_ns", 0), rec.get("name") or "", "", 0, rec.get("source", ""), rec)
                     _insert_symbol(tables.cfuncs, rec["me"], sym)
                 elif t == "end":
@@ -302,6 +313,42 @@ def load_tables(path: str) -> Tables:
         except (KeyError, TypeError, AttributeError) as e:
             tables.error = Corrupt(f"{path}: corrupt record ({e!r})")
     return tables
+
+
+def qualified_name(method: Optional[dict]) -> Optional[str]:
+    """rb_profile_frame_qualified_method_name: `Foo::Bar#baz`, `Foo.baz` (singleton), or the bare
+    name when the class is unknown."""
+    if not method or not method.get("name"):
+        return None
+    if method.get("class_path"):
+        return method["class_path"] + ("." if method.get("singleton") else "#") + method["name"]
+    return method["name"]
+
+
+_PREFIXED = (2, 4, 5)  # ISeq types block, rescue, ensure: `block in`, `rescue in`, `ensure in`
+
+
+def full_label(kind: int, iseq: Optional[dict], method: Optional[dict]) -> str:
+    """A frame's label as rb_profile_frame_full_label gives it (docs/trace-format.md, "Labels").
+    iseq: the frame's `iseq` record (label, base_label); method: the frame's `method` record.
+    - C function: its qualified name (`Integer#times`, `IO.select`).
+    - Ruby frame of a method defined with `def` (method type 0): the qualified name (`Foo#bar`;
+      an `eval` inside the method too); a block, rescue or ensure ISeq keeps its label's prefix
+      (`block in Foo#bar`, `block (2 levels) in Foo.bar`, `rescue in Foo#bar`).
+    - any other Ruby frame (top level, class bodies, define_method, no method): the ISeq's label
+      (`<main>`, `<class:Foo>`, `block (2 levels) in <main>`, `<top (required)>`)."""
+    if kind == KIND_CFUNC:
+        return qualified_name(method) or "(C function)"
+    if kind == KIND_GC:
+        return GC_LABEL
+    label = (iseq or {}).get("label") or ""
+    base = (iseq or {}).get("base_label") or ""
+    if method and method.get("type") == METHOD_ISEQ and method.get("class_path") and method.get("name"):
+        qualified = qualified_name(method)
+        if (iseq or {}).get("type") in _PREFIXED and base and label.endswith(base):
+            return label[:len(label) - len(base)] + qualified
+        return qualified
+    return label
 
 
 def _insert_symbol(table: Dict[int, List[Symbol]], addr: int, sym: Symbol) -> None:

@@ -60,6 +60,7 @@ static struct {
     int end_proc_set;
     pid_t pid;
     struct sdb_layout layout;
+    char layout_name[16]; /* the row in use (a fork child publishes the same) */
     char path[64];
 } sdb = { .fd = -1 };
 
@@ -491,6 +492,124 @@ done:
     return rc;
 }
 
+/* ---------- class paths (for the sidecar's method names) ----------
+ * The sidecar names a method entry's class from outside: its path where Ruby keeps it (3.3+: a
+ * field of the class's rb_classext_t; 3.1: the hidden ivar __classpath__, or __tmp_classpath__,
+ * in the class's ivar st_table), and a singleton's attached object (3.3+: a classext field; 3.1:
+ * the ivar __attached__). Checked here on the gem's own module and its singleton class, through
+ * the same reads the sidecar makes; what does not check out is withdrawn (SDB_NA / 0), so the
+ * sidecar names methods without their class rather than wrongly. */
+#define SDB_ST_NUM_ENTRIES 16   /* ruby/st.h struct st_table, the same since Ruby 2.4 */
+#define SDB_ST_ENTRIES_START 32
+#define SDB_ST_ENTRIES_BOUND 40
+#define SDB_ST_ENTRIES 48
+#define SDB_ST_ENTRY_SIZE 24    /* st.c st_table_entry {hash, key, record} */
+
+static int
+sdb_class_ivar(const struct sdb_layout *L, uint64_t klass, uint64_t id, uint64_t *out)
+{
+    uint64_t ext, tbl, n, start, bound, entries, i, kv[2];
+    if (sdb_read_u64(klass + L->class_ext_ptr, &ext) || !ext ||
+        sdb_read_u64(ext + L->classext_iv_tbl, &tbl) || !tbl ||
+        sdb_read_u64(tbl + SDB_ST_NUM_ENTRIES, &n) || sdb_read_u64(tbl + SDB_ST_ENTRIES_START, &start) ||
+        sdb_read_u64(tbl + SDB_ST_ENTRIES_BOUND, &bound) || sdb_read_u64(tbl + SDB_ST_ENTRIES, &entries) ||
+        bound < start || bound - start > 4096 || !entries)
+        return -1;
+    for (i = start; i < bound; i++) {
+        if (sdb_read(entries + i * SDB_ST_ENTRY_SIZE + 8, kv, 16)) return -1;
+        if (kv[0] == id) {
+            *out = kv[1];
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int
+sdb_is_path(uint64_t v, const char *want)
+{
+    VALUE s = (VALUE)v;
+    uint64_t flags;
+    if (!v || (v & 7) || sdb_read_u64(v, &flags) || (flags & 0x1f) != 0x05) return 0;
+    return RSTRING_LEN(s) == (long)strlen(want) && !memcmp(RSTRING_PTR(s), want, strlen(want));
+}
+
+/* RubyVM::InstructionSequence.of(klass.instance_method(name)), for rb_protect: [klass, name] */
+static VALUE
+sdb_iseq_of(VALUE args)
+{
+    VALUE m = rb_funcall(RARRAY_AREF(args, 0), rb_intern("instance_method"), 1, RARRAY_AREF(args, 1));
+    return rb_funcall(rb_path2class("RubyVM::InstructionSequence"), rb_intern("of"), 1, m);
+}
+
+static void
+sdb_check_classes(struct sdb_layout *L, VALUE mod)
+{
+    VALUE sing = rb_singleton_class(mod);
+    uint64_t v = 0;
+    if (L->class_ext_ptr != SDB_NA && L->classext_iv_tbl != SDB_NA) {
+        L->id_classpath = rb_intern("__classpath__");
+        L->id_tmp_classpath = rb_intern("__tmp_classpath__");
+        L->id_attached = rb_intern("__attached__");
+        if (sdb_class_ivar(L, (uint64_t)mod, L->id_classpath, &v) || !sdb_is_path(v, "Sdb"))
+            L->id_classpath = L->id_tmp_classpath = 0;
+        if (sdb_class_ivar(L, (uint64_t)sing, L->id_attached, &v) || v != (uint64_t)mod)
+            L->id_attached = 0;
+        if (!L->id_classpath) L->class_ext_ptr = L->classext_iv_tbl = SDB_NA;
+    }
+    if (L->classext_classpath != SDB_NA &&
+        (sdb_read_u64((uint64_t)mod + L->classext_classpath, &v) || !sdb_is_path(v, "Sdb")))
+        L->classext_classpath = SDB_NA;
+    if (L->classext_attached_object != SDB_NA &&
+        (sdb_read_u64((uint64_t)sing + L->classext_attached_object, &v) || v != (uint64_t)mod))
+        L->classext_attached_object = SDB_NA;
+    if (L->body_builtin_attrs != SDB_NA) {
+        /* a built-in method marked leaf (attr 0x01) must read as such, a method of ours as none */
+        int state = 0;
+        VALUE iseqw = rb_protect(sdb_iseq_of, rb_ary_new_from_args(2, rb_cInteger, ID2SYM(rb_intern("-@"))), &state);
+        VALUE ours = state ? Qnil : rb_protect(sdb_iseq_of, rb_ary_new_from_args(2, rb_singleton_class(
+                          rb_const_get(mod, rb_intern("Internal"))), ID2SYM(rb_intern("wrap"))), &state);
+        uint64_t body, attrs = 0, mine = 1, iseq;
+        if (state) rb_set_errinfo(Qnil);
+        /* an InstructionSequence's data is a pointer to the rb_iseq_t* (iseq.c iseqw_new) */
+        if (state || NIL_P(iseqw) || NIL_P(ours) || !RTYPEDDATA_P(iseqw) || !RTYPEDDATA_P(ours) ||
+            sdb_read_u64((uint64_t)(uintptr_t)RTYPEDDATA_DATA(iseqw), &iseq) ||
+            sdb_read_u64(iseq + L->iseq_body, &body) ||
+            sdb_read(body + L->body_builtin_attrs, &attrs, 4) || !(attrs & 0x01) ||
+            sdb_read_u64((uint64_t)(uintptr_t)RTYPEDDATA_DATA(ours), &iseq) ||
+            sdb_read_u64(iseq + L->iseq_body, &body) ||
+            sdb_read(body + L->body_builtin_attrs, &mine, 4) || (mine & 0xffffffffu) != 0)
+            L->body_builtin_attrs = SDB_NA;
+    }
+    if (getenv("SDB_DEBUG_LAYOUT"))
+        fprintf(stderr, "sdb: builtin attrs +%u; class facts: classpath +%u, ivar ids %llu/%llu, attached +%u / id %llu\n",
+                L->body_builtin_attrs, L->classext_classpath, (unsigned long long)L->id_classpath, (unsigned long long)L->id_tmp_classpath,
+                L->classext_attached_object, (unsigned long long)L->id_attached);
+}
+
+/* ---------- GC (for the sidecar's "(garbage collection)" frame) ----------
+ * Ruby calls GC_ENTER/GC_EXIT hooks around every piece of GC work (a full mark, an incremental
+ * step, a lazy sweep step), on the thread that does it, which holds the GVL. The hook stores
+ * 1/0 in the header: the sidecar reads it with its sample, no syscall. */
+static void
+sdb_gc_event(VALUE tpval, void *data)
+{
+    rb_event_flag_t ev = rb_tracearg_event_flag(rb_tracearg_from_tracepoint(tpval));
+    struct sdb_header *h = sdb.hdr;
+    (void)data;
+    if (h) __atomic_store_n(&h->gc_active, (ev & RUBY_INTERNAL_EVENT_GC_ENTER) ? 1u : 0u, __ATOMIC_RELAXED);
+}
+
+static void
+sdb_hook_gc(void)
+{
+    static VALUE tp = 0;
+    if (tp) return;
+    tp = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_GC_ENTER | RUBY_INTERNAL_EVENT_GC_EXIT, sdb_gc_event, NULL);
+    rb_gc_register_mark_object(tp);
+    rb_tracepoint_enable(tp);
+}
+
 /* ---------- the ID table (for the sidecar's C-function names) ----------
  * The sidecar names a C method by its ID, through ruby_global_symbols
  * (symbol.c: {u32 last_id; st_table *str_sym; VALUE ids; ...}; ids is an
@@ -763,6 +882,7 @@ sdb_open(VALUE self)
         return rb_str_new_cstr(why);
     }
     sdb_copy_cstr(sdb.hdr->layout_name, sizeof(sdb.hdr->layout_name), row->name, strlen(row->name));
+    sdb_copy_cstr(sdb.layout_name, sizeof(sdb.layout_name), row->name, strlen(row->name));
     sdb.layout = row->layout;
     sdb_corrupt_for_tests(&sdb.layout);
     memcpy(&sdb.hdr->layout, &sdb.layout, sizeof(sdb.layout));
@@ -774,7 +894,9 @@ sdb_open(VALUE self)
         return rb_str_new_cstr(msg);
     }
     sdb.layout.global_symbols_addr = sdb_find_global_symbols(&sdb.layout);
-    sdb.hdr->layout.global_symbols_addr = sdb.layout.global_symbols_addr;
+    sdb_check_classes(&sdb.layout, self);
+    memcpy(&sdb.hdr->layout, &sdb.layout, sizeof(sdb.layout));
+    sdb_hook_gc();
     sdb.enabled = 1;
     __atomic_store_n(&sdb.hdr->status, SDB_STATUS_ENABLED, __ATOMIC_RELEASE);
 #ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
@@ -876,14 +998,7 @@ sdb_after_fork_child(VALUE self)
     if (!was_enabled) return Qnil;
     if ((reason = sdb_file_create(why, sizeof(why))) != NULL) return rb_str_new_cstr(reason);
     /* the layout was checked in the parent: same Ruby, same memory */
-    sdb_copy_cstr(sdb.hdr->layout_name, sizeof(sdb.hdr->layout_name), "", 0);
-    {
-        size_t i;
-        for (i = 0; i < SDB_LAYOUT_ROW_COUNT; i++)
-            if (!memcmp(&sdb_layout_rows[i].layout, &sdb.layout, sizeof(sdb.layout)))
-                sdb_copy_cstr(sdb.hdr->layout_name, sizeof(sdb.hdr->layout_name),
-                              sdb_layout_rows[i].name, strlen(sdb_layout_rows[i].name));
-    }
+    sdb_copy_cstr(sdb.hdr->layout_name, sizeof(sdb.hdr->layout_name), sdb.layout_name, strlen(sdb.layout_name));
     memcpy(&sdb.hdr->layout, &sdb.layout, sizeof(sdb.layout));
     sdb.layout.global_symbols_addr = sdb_find_global_symbols(&sdb.layout);
     sdb.hdr->layout.global_symbols_addr = sdb.layout.global_symbols_addr;

@@ -72,6 +72,10 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
             SDB_COMMON_ME,
             .class_ext = SDB_NA, .classext_classpath = SDB_NA,
             .fl_singleton_bit = 12, .tlast_op_id = 169, .qnil = 0x08,
+            /* RClass {basic, super, ptr} (RVARGC off); classext {iv_index_tbl, iv_tbl}: the class
+             * path and a singleton's object are ivars; checked at require (sdb_check_classes) */
+            .class_ext_ptr = 24, .classext_iv_tbl = 8, .classext_attached_object = SDB_NA,
+            .singleton_any_type = 1, .body_builtin_attrs = SDB_NA,
             .global_symbols_addr = 0,
         },
     },
@@ -93,6 +97,8 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
             SDB_COMMON_ME,
             .class_ext = SDB_NA, .classext_classpath = SDB_NA,
             .fl_singleton_bit = 12, .tlast_op_id = 169, .qnil = SDB_NA,
+            .class_ext_ptr = SDB_NA, .classext_iv_tbl = SDB_NA, .classext_attached_object = SDB_NA,
+            .singleton_any_type = 1, .body_builtin_attrs = SDB_NA,
             .global_symbols_addr = 0,
         },
     },
@@ -113,6 +119,9 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
             SDB_RARRAY(0x7f),
             SDB_COMMON_ME,
             .class_ext = 32, .classext_classpath = 152,
+            /* from the class: classext at +32, its as.singleton_class.attached_object at +96 (internal/class.h) */
+            .class_ext_ptr = SDB_NA, .classext_iv_tbl = SDB_NA, .classext_attached_object = 128,
+            .singleton_any_type = 1, .body_builtin_attrs = SDB_NA,
             .fl_singleton_bit = 12, .tlast_op_id = 169, .qnil = 0x04,
             .global_symbols_addr = 0,
         },
@@ -134,6 +143,11 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
             SDB_RARRAY(0x7f),
             SDB_COMMON_ME,
             .class_ext = 32, .classext_classpath = 152,
+            /* from the class: classext at +32, its as.singleton_class.attached_object at +96 (internal/class.h) */
+            .class_ext_ptr = SDB_NA, .classext_iv_tbl = SDB_NA, .classext_attached_object = 128,
+            /* builtin_attrs: vm_core.h, after local_iseq@168 come is_entries, call_data, variable (5 words)
+             * and 7 unsigned ints; checked at require on Integer#-@ (Primitive.attr! :leaf) */
+            .singleton_any_type = 0, .body_builtin_attrs = 260,
             .fl_singleton_bit = 13, .tlast_op_id = 170, .qnil = 0x04,
             .global_symbols_addr = 0,
         },
@@ -156,6 +170,8 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
             SDB_COMMON_ME,
             .class_ext = 24, .classext_classpath = 152,
             .fl_singleton_bit = 13, .tlast_op_id = 171, .qnil = SDB_NA,
+            .class_ext_ptr = SDB_NA, .classext_iv_tbl = SDB_NA, .classext_attached_object = SDB_NA,
+            .singleton_any_type = 0, .body_builtin_attrs = SDB_NA,
             .global_symbols_addr = 0,
         },
     },

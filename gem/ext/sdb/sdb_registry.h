@@ -118,9 +118,21 @@ struct sdb_layout {
     uint16_t fl_singleton_bit;
     uint16_t tlast_op_id;
     uint16_t qnil;
-    uint16_t reserved16[12];
+    /* class paths and singletons (naming a method entry's class) */
+    uint16_t class_ext_ptr;      /* RClass -> rb_classext_t* (3.1; SDB_NA when embedded at class_ext) */
+    uint16_t classext_iv_tbl;    /* st_table* of the class's ivars, holding __classpath__ (3.1) */
+    uint16_t classext_attached_object; /* a singleton's attached object (3.3+; SDB_NA: an ivar) */
+    uint16_t singleton_any_type; /* 1: FL_SINGLETON is tested on any defined_class, an ICLASS too
+                                  * (rb_profile_frame_singleton_method_p before 3.4); 0: T_CLASS only */
+    uint16_t body_builtin_attrs; /* rb_iseq_constant_body.builtin_attrs (3.4+; C_TRACE 0x08: shown as a C method) */
+    uint16_t reserved16[7];
     uint64_t global_symbols_addr; /* &ruby_global_symbols when known, else 0 */
-    uint64_t reserved64[7];
+    /* IDs of the hidden ivars that hold a class path and a singleton's object where they are
+     * ivars (3.1), found at require and checked there on a class of the gem's own; 0: none */
+    uint64_t id_classpath;       /* __classpath__ */
+    uint64_t id_tmp_classpath;   /* __tmp_classpath__ */
+    uint64_t id_attached;        /* __attached__ */
+    uint64_t reserved64[4];
 };
 
 struct sdb_slot {
@@ -146,7 +158,7 @@ struct sdb_header {
     uint32_t slots_offset;    /* byte offset of slot 0 in the file */
     uint32_t pid;
     uint32_t status;          /* SDB_STATUS_* */
-    uint32_t reserved0;
+    uint32_t gc_active;       /* 1 while the VM is in GC (the gem's GC_ENTER/GC_EXIT hook), else 0 */
     uint64_t proc_start_ticks; /* field 22 of /proc/<pid>/stat: tells a reused pid apart */
     uint64_t created_mono_ns;
     uint64_t gen;             /* bumped after every slot change */

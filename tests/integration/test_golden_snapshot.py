@@ -1,0 +1,171 @@
+"""Golden tests: every frame of every thread named exactly as Ruby names it.
+
+Target: tests/programs/golden.rb, threads parked in sleep, Queue#pop, Mutex#lock and IO.select,
+one busy loop, one deep recursion, one thread parked in a class body of a required file, and one
+parked at the end of a zoo of constructs (module method, singleton methods, define_method,
+method_missing, instance_eval, eval, lambda, proc, a refinement, an anonymous class, Struct,
+blocks nested three deep).
+
+Ground truth, taken by the program itself once its threads are parked:
+- Ruby's own full labels: tests/support/golden (built here, per Ruby, into a temporary
+  directory) calls rb_profile_thread_frames (Ruby >= 3.3) or, on 3.1 (no such API),
+  rb_profile_frames from a C-level c_call TracePoint on the parking call, and labels each frame
+  with rb_profile_frame_full_label. rb_profile_frames hands a block frame its method's entry, so
+  Ruby's full label of `block in bar` is `Foo#bar`: the expected label keeps the block's prefix
+  from the frame's own label (`block in Foo#bar`), as sdb does (docs/trace-format.md, Labels).
+- paths and lines: Thread#backtrace_locations.
+Busy and recursing threads move: only their stable part is compared, the frames from
+`Object#busy_spin` (the method that loops; its line moves) outward, with paths and lines."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import PROGRAMS, REPO, SDB_RUBY, RubyTarget, ready_info, ruby_cmd, ruby_env, run_sidecar
+from sdb_symbolize.resolve import Resolver
+from sdb_trace import iter_samples, load_tables
+
+PREFIX = re.compile(r"^((?:block|rescue|ensure)(?: \(\d+ levels\))? in )")
+PARKED = ["sleep", "queue", "mutex", "select", "zoo", "required"]
+MOVING = ["busy", "recursion"]
+
+
+@pytest.fixture(scope="session")
+def golden_ext(tmp_path_factory):
+    """tests/support/golden compiled for the Ruby under test (a directory for $LOAD_PATH)."""
+    build = tmp_path_factory.mktemp("golden-ext")
+    for f in (REPO / "tests" / "support" / "golden").iterdir():
+        shutil.copy(f, build / f.name)
+    for cmd in ([SDB_RUBY, "extconf.rb"], ["make"]):
+        r = subprocess.run(cmd, cwd=build, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"building the golden extension: {cmd}: {r.stdout}\n{r.stderr}"
+    return str(build)
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory, golden_ext):
+    """golden.rb started once for the module: its ground truth, one snapshot, and a short
+    recording (trace labels, composed offline by sdb-symbolize's resolver)."""
+    tmp = tmp_path_factory.mktemp("golden")
+    out = tmp / "golden.json"
+    stderr_path = tmp / "golden.stderr"
+    with open(stderr_path, "w") as err:
+        proc = subprocess.Popen(ruby_cmd(PROGRAMS / "golden.rb", str(out)), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=err, text=True, cwd=str(tmp),
+                                env=ruby_env(extra={"SDB_GOLDEN_DIR": golden_ext}))
+    target = RubyTarget(proc, "golden.rb", stderr_path)
+    try:
+        target.ready_line = target.wait_for_line("ready", timeout=60)
+        info = ready_info(target)
+        assert info["sdb_enabled"], target.stderr()
+        snap = run_sidecar("snapshot", "--pid", str(target.pid), "--json")
+        assert snap.returncode == 0, snap.stderr
+        trace = tmp / "trace.msgpack"
+        rec = run_sidecar("attach", "--pid", str(target.pid), "-r", "200", "-d", "0.5", "-o", str(trace), "--quiet")
+        assert rec.returncode == 0, rec.stderr
+    finally:
+        target.cleanup()
+    return {"truth": json.loads(out.read_text()), "snap": json.loads(snap.stdout), "trace": trace}
+
+
+def expected_frames(truth: dict, moving: bool = False) -> list:
+    """(label, path, line) per frame, innermost first: Ruby's full label (block prefix kept),
+    the path and line of Thread#backtrace_locations. `moving`: only from Object#busy_spin out
+    (Ruby 3.1 took its two views at different moments)."""
+    ruby, locs = truth["golden"], truth["backtrace"]
+    assert ruby is not None, "the golden extension recorded nothing for this thread"
+    if moving:
+        ruby = ruby[[r["label"] for r in ruby].index("Object#busy_spin"):]
+        locs = locs[[l["base_label"] for l in locs].index("busy_spin"):]
+    assert len(ruby) == len(locs), f"Ruby's two views differ:\n{ruby}\n{locs}"
+    out = []
+    for r, loc in zip(ruby, locs):
+        label = r["label"]
+        m = PREFIX.match(loc["label"])
+        if m and not label.startswith(m.group(1)):
+            label = m.group(1) + label
+        out.append((label, loc["path"], loc["line"]))
+    return out
+
+
+def got_frames(snap: dict, name: str) -> list:
+    found = [t for t in snap["threads"] if t["name"] == name]
+    assert len(found) == 1, f"threads named {name!r}: {[t['name'] for t in snap['threads']]}"
+    return [(f["label"], f["path"], f["line"]) for f in found[0]["frames"]]
+
+
+def diff(got: list, want: list) -> str:
+    rows = [f"{'':>3} {'sdb':<60} ruby"]
+    for i in range(max(len(got), len(want))):
+        g = got[i] if i < len(got) else None
+        w = want[i] if i < len(want) else None
+        rows.append(f"{'  ' if g == w else '!!'}{i:>2} {str(g):<60} {w}")
+    return "\n".join(rows)
+
+
+@pytest.mark.parametrize("name", PARKED)
+def test_parked_thread_frames_equal_rubys_own(golden, name):
+    # GIVEN a thread parked at a known place, and Ruby's own view of its frames
+    want = expected_frames(golden["truth"][name])
+    # WHEN sdb-sidecar snapshot reads it from outside
+    got = got_frames(golden["snap"], name)
+    # THEN every frame is there, in order, with Ruby's full label, path and line
+    assert got == want, diff(got, want)
+
+
+def test_parked_labels_are_class_qualified(golden):
+    # a few spelled out, so that a ground truth gone wrong cannot hide a regression
+    labels = {name: [f[0] for f in got_frames(golden["snap"], name)] for name in PARKED}
+    # Ruby 3.3 itself says `Kernel.sleep`: its rb_profile_frame_singleton_method_p tests FL_SINGLETON
+    # on the method's ICLASS, where that bit means RICLASS_IS_ORIGIN
+    kernel = "Kernel." if golden["snap"]["ruby"].startswith("3.3.") else "Kernel#"
+    assert labels["sleep"][:2] == [kernel + "sleep", "Object#park_sleep"], labels["sleep"]
+    assert labels["mutex"][0] == "Thread::Mutex#lock", labels["mutex"]
+    assert labels["select"][:2] == ["IO.select", "Object#park_select"], labels["select"]
+    zoo = labels["zoo"]
+    for want in ("block (3 levels) in Zoo::Pair#pair_run", "Array#each", "Zoo::Box.build", "Zoo::Greeter#greet",
+                 "block in Zoo::Box#method_missing", "BasicObject#instance_eval", "Kernel#eval",
+                 "block (2 levels) in Zoo::Box#via_eval", "block in <class:Box>"):
+        assert want in zoo, zoo
+    assert any(re.fullmatch(r"#<Class:0x[0-9a-f]{16}>#anon_run", l) for l in zoo), zoo
+    assert any(re.fullmatch(r"#<Object:0x[0-9a-f]{16}>\.solo", l) for l in zoo), zoo
+    assert labels["required"][1:4] == ["<class:Required>", "<module:Zoo>", "<top (required)>"], labels["required"]
+
+
+@pytest.mark.parametrize("name", MOVING)
+def test_moving_thread_stable_part_equals_rubys_own(golden, name):
+    # GIVEN a thread that loops (busy) or loops 120 calls deep (recursion): its top moves
+    want = expected_frames(golden["truth"][name], moving=True)
+    got = got_frames(golden["snap"], name)
+    # THEN from the looping method outward the frames are Ruby's; the loop's own line moves
+    gi = [f[0] for f in got].index("Object#busy_spin")
+    assert got[gi][:2] == want[0][:2]
+    assert got[gi + 1:] == want[1:], diff(got[gi + 1:], want[1:])
+    if name == "recursion":
+        assert [f[0] for f in got[gi + 1:]].count("Object#recurse") == 121
+
+
+def test_recorded_trace_names_frames_as_the_snapshot(golden):
+    # GIVEN a recording of the same process: frames, ISeq and method records
+    tables = load_tables(str(golden["trace"]))
+    assert tables.error is None, tables.error
+    resolver = Resolver(tables)
+    serial = {th["name"]: s for s, th in tables.threads.items()}
+    stacks = {}
+
+    def on_batch(base, dts, threads, sids, states):
+        for dt, th, sid in zip(dts, threads, sids):
+            stacks.setdefault(th, (base + dt, sid))
+
+    iter_samples(str(golden["trace"]), on_batch)
+    # WHEN sdb-symbolize's resolver names a parked thread's stack offline
+    for name in PARKED:
+        t_ns, sid = stacks[serial[name]]
+        got = [(f.label, f.path, f.line) for f in reversed(resolver.stack(sid, t_ns))]
+        # THEN the labels, paths and lines are the ones Ruby gives
+        want = expected_frames(golden["truth"][name])
+        assert got == want, diff(got, want)
