@@ -62,6 +62,8 @@ def check_structure(p: dict) -> None:
             assert 0 <= frame < frames["length"] and 0 <= cat < len(cats)
             assert 0 <= sub < len(cats[cat]["subcategories"])
         assert all(0 <= f < funcs["length"] for f in frames["func"])
+        for c, sub in zip(frames["category"], frames["subcategory"]):
+            assert c is None or (0 <= c < len(cats) and sub is not None and 0 <= sub < len(cats[c]["subcategories"]))
         assert all(0 <= n < len(strings) for n in funcs["name"])
         assert all(n is None or 0 <= n < len(strings) for n in funcs["fileName"])
         assert all(s is None or 0 <= s < stacks["length"] for s in th["samples"]["stack"])
@@ -82,8 +84,22 @@ def test_one_track_per_thread_with_its_states_as_categories(profile):
     assert len(main) == 1 and "format_main" in main[0]["name"]
 
     def sample_categories(name):
+        """Each sample's category both ways: the stack table's (version 47) and the one the
+        current viewer derives from the frames (a frame without one inherits its caller's)."""
         th = next(t for n, t in tracks.items() if name in n)
-        return {cats[th["stackTable"]["category"][s]] for s in th["samples"]["stack"] if s is not None}
+        st, fr = th["stackTable"], th["frameTable"]
+        derived = []
+        for i in range(st["length"]):
+            c = fr["category"][st["frame"][i]]
+            if c is None:
+                c = derived[st["prefix"][i]] if st["prefix"][i] is not None else 0
+            derived.append(c)
+        out = set()
+        for s in th["samples"]["stack"]:
+            if s is not None:
+                assert derived[s] == st["category"][s]
+                out.add(cats[derived[s]])
+        return out
 
     assert sample_categories("format_sleeper") <= {"Blocked", "Running"}
     assert "Blocked" in sample_categories("format_sleeper")

@@ -32,7 +32,7 @@ class _Thread:
         self.func_ids: Dict[tuple, int] = {}
         self.funcs: List[tuple] = []            # (name, file, first line, is Ruby)
         self.frame_ids: Dict[object, int] = {}
-        self.frames: List[tuple] = []           # (func, line)
+        self.frames: List[tuple] = []           # (func, line, category or None)
         self.stack_ids: Dict[tuple, int] = {}   # (prefix, frame, category) -> stack index
         self.stack_rows: List[tuple] = []       # (prefix, frame, category)
         self.leaf: Dict[tuple, int] = {}        # (Stack.id, state) -> stack index (-1: empty)
@@ -47,35 +47,39 @@ class _Thread:
             self.strings.append(text)
         return i
 
-    def frame(self, f) -> int:
-        fkey = (f.label, f.path, f.line)
+    def frame(self, f, category=None) -> int:
+        fkey = (f.label, f.path, f.line, category)
         i = self.frame_ids.get(fkey)
         if i is None:
-            fkey = (f.label, f.path or "")
-            fn = self.func_ids.get(fkey)
+            fkey2 = (f.label, f.path or "")
+            fn = self.func_ids.get(fkey2)
             if fn is None:
-                fn = self.func_ids[fkey] = len(self.funcs)
+                fn = self.func_ids[fkey2] = len(self.funcs)
                 self.funcs.append((self.s(f.label), self.s(f.path) if f.path else None, bool(f.path)))
             i = self.frame_ids[fkey] = len(self.frames)
-            self.frames.append((fn, f.line or None))
+            self.frames.append((fn, f.line or None, category))
         return i
 
     def stack(self, stack, state: int) -> int:
+        """The stack index of a sample. The state's category sits on the root frame (the other
+        frames have none and inherit it, as the viewer derives a stack's category from its
+        frames) and on every stack row (what the format's version 47 reads)."""
         key = (stack.id, state)
         i = self.leaf.get(key)
         if i is None:
             cat = STATE_CATEGORY.get(state, 4)
             frames = self.frames_of.get(stack.id)
             if frames is None:
-                frames = self.frames_of[stack.id] = [self.frame(f) for f in stack.frames]
+                frames = self.frames_of[stack.id] = [self.frame(f) for f in stack.frames[1:]]
             i = -1
-            for fr in frames:
-                row = (i if i >= 0 else None, fr, cat)
-                j = self.stack_ids.get(row)
-                if j is None:
-                    j = self.stack_ids[row] = len(self.stack_rows)
-                    self.stack_rows.append(row)
-                i = j
+            if stack.frames:
+                for fr in [self.frame(stack.frames[0], cat)] + frames:
+                    row = (i if i >= 0 else None, fr, cat)
+                    j = self.stack_ids.get(row)
+                    if j is None:
+                        j = self.stack_ids[row] = len(self.stack_rows)
+                        self.stack_rows.append(row)
+                    i = j
             self.leaf[key] = i
         return i
 
@@ -124,8 +128,9 @@ class FirefoxReporter(Reporter):
                         "length": 0},
             "stackTable": {"frame": [r[1] for r in th.stack_rows], "prefix": [r[0] for r in th.stack_rows],
                            "category": [r[2] for r in th.stack_rows], "subcategory": [0] * n_st, "length": n_st},
-            "frameTable": {"address": [-1] * n_fr, "inlineDepth": [0] * n_fr, "category": [None] * n_fr,
-                           "subcategory": [None] * n_fr, "func": [f[0] for f in th.frames],
+            "frameTable": {"address": [-1] * n_fr, "inlineDepth": [0] * n_fr, "category": [f[2] for f in th.frames],
+                           "subcategory": [None if f[2] is None else 0 for f in th.frames],
+                           "func": [f[0] for f in th.frames],
                            "nativeSymbol": [None] * n_fr, "innerWindowID": [0] * n_fr,
                            "implementation": [None] * n_fr, "line": [f[1] for f in th.frames],
                            "column": [None] * n_fr, "length": n_fr},
