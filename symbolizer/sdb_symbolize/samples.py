@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Dict, FrozenSet, Iterable, Optional, Tuple
 
 from sdb_trace import STATE_BLOCKED, STATE_NAMES, STATE_UNKNOWN, Tables, iter_samples
 
@@ -270,7 +270,3 @@ class SamplePass:
 
 def state_name(state: int) -> str:
     return STATE_NAMES.get(state, STATE_NAMES[STATE_UNKNOWN])
-
-
-def all_threads(threads: Iterable[Thread]) -> List[Thread]:
-    return sorted(threads, key=lambda th: th.serial)
