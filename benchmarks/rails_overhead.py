@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -70,11 +71,14 @@ def wait_up(port: int, server: subprocess.Popen, log: str, timeout: float = 60.0
 def wrk(port: int, seconds: float, connections: int = THREADS) -> dict:
     cmd = common.taskset(common.SAMPLER_CPU) + ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "30s", "--latency",
                                                 "-s", WRK_SCRIPT, f"http://127.0.0.1:{port}"]
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)  # only wrk is reaped in between
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("WRK_JSON ")), None)
     if r.returncode != 0 or line is None:
         raise RuntimeError(f"wrk failed ({r.returncode}): {r.stderr.strip() or r.stdout.strip()}")
     res = json.loads(line.split(" ", 1)[1])
+    res["cpu_s"] = ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime
     bad = sum(res["errors"].values())
     if bad:
         raise RuntimeError(f"wrk: {bad} failed requests ({res['errors']})")
@@ -152,7 +156,7 @@ def run_one(cfg, name, profiler, rate, warmup, duration, server, port, trace, re
         res.update(requests=w["requests"], rps=w["requests"] / (w["duration_us"] / 1e6),
                    p50_ms=w["latency_us"]["p50"] / 1e3, p90_ms=w["latency_us"]["p90"] / 1e3,
                    p99_ms=w["latency_us"]["p99"] / 1e3, mean_ms=w["latency_us"]["mean"] / 1e3,
-                   server_cpu_pct=100.0 * (b - a) / ((t1 - t0) * 1e9),
+                   server_cpu_pct=100.0 * (b - a) / ((t1 - t0) * 1e9), wrk_cpu_pct=100.0 * w["cpu_s"] / (t1 - t0),
                    server_cpu_ms_per_req=(b - a) / 1e6 / max(1, w["requests"]))
         if sidecar_pid:  # the sidecar's main thread is its Python side (drain, trace); others sample
             win = (t1 - t0) * 1e9
@@ -202,7 +206,7 @@ def run(cfg) -> str:
         rs = raw[name]
         row = {"config": name, "rounds": rs}
         for key in ("rps", "rps_ratio", "p50_ms", "p50_ms_ratio", "p99_ms", "p99_ms_ratio", "p90_ms",
-                    "server_cpu_ms_per_req", "server_cpu_ms_per_req_ratio", "server_cpu_pct"):
+                    "server_cpu_ms_per_req", "server_cpu_ms_per_req_ratio", "server_cpu_pct", "wrk_cpu_pct"):
             row[key] = summary([r[key] for r in rs])
         for key in ("sidecar_cpu_pct", "sidecar_sampler_pct", "sidecar_python_pct", "rate_hz", "threads",
                     "frames_per_sample"):
@@ -232,12 +236,20 @@ def run(cfg) -> str:
     table = common.markdown_table(
         ["configuration", "req/s", "req/s ratio", "p50 ms", "p50 ratio", "p99 ms", "p99 ratio", "server CPU ms/req",
          "CPU/req ratio", "profiler CPU % of a core", "ticks/s achieved"], table_rows)
+    details = common.markdown_table(
+        ["configuration", "server CPU % of its core", "wrk CPU % (sidecar's core)", "threads sampled",
+         "frames/sample", "torn/late ticks"],
+        [[row["config"], fmt(row["server_cpu_pct"], 1), fmt(row["wrk_cpu_pct"], 1),
+          f"{row['threads']['median']:.0f}" if "threads" in row else "-",
+          fmt(row["frames_per_sample"], 1) if "frames_per_sample" in row else "-",
+          (f"{sum(r['torn'] for r in row['rounds'])}/{sum(r['late'] for r in row['rounds'])}"
+           if "torn" in row["rounds"][0] else "-")] for row in rows])
     params = {"rounds": rounds, "warmup_s": warmup, "duration_s": duration, "puma_threads": THREADS,
               "wrk": f"wrk -t1 -c{THREADS} -d{duration:g}s --latency -s benchmarks/rails_app/wrk/mix.lua",
               "configs": [c[0] for c in CONFIGS], "targets": {k: list(v) for k, v in TARGETS.items()}}
-    common.write_result(cfg, NAME, params, rows, table)
+    common.write_result(cfg, NAME, params, rows, table + "\n\n" + details)
     return (f"### rails_overhead: Rails 6.1 + puma (5 threads), wrk 1 thread x {THREADS} connections, "
             f"{duration:g} s after {warmup:g} s warm-up, median of {rounds} rounds, (min-max); "
             f"{common.machine(cfg)['pinning']}; wrk shares the sidecar's core\n\n{table}\n\n"
             f"ratios: to the same round's no-profiler run, median over rounds. "
-            f"* stackprof: samples in its dump / (warm-up + measured) seconds.\n")
+            f"* stackprof: samples in its dump / (warm-up + measured) seconds.\n\n{details}\n")
