@@ -78,6 +78,7 @@ def run(args) -> int:
         raise TraceError(f"{args.trace}: no such file")
     tables = load_tables(args.trace)
     reporter = REPORTERS[args.format](tables.header, args)
+    reporter.end_ns = tables.end.get("at_ns") if tables.end else None
     try:
         samples = SamplePass(args.trace, tables, Options.from_args(args))
     except FilterError as e:

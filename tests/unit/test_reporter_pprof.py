@@ -29,6 +29,8 @@ def test_values_are_samples_and_wall_nanoseconds_and_totals_match_the_trace(prof
     assert (st[p.period_type.type], st[p.period_type.unit], p.period) == ("wall", "nanoseconds", period)
     assert sum(s.value[0] for s in p.sample) == len(trace.samples)
     assert sum(s.value[1] for s in p.sample) == len(trace.samples) * period
+    assert p.time_nanos == trace.header["start_wall_ns"]
+    assert p.duration_nanos == trace.end["at_ns"] - trace.header["start_mono_ns"]
 
 
 def test_labels_name_thread_id_name_state_and_pid(prof):

@@ -83,9 +83,8 @@ class PprofReporter(Reporter):
                     label.num = num or 0
                 else:
                     label.str = s(text)
-        end = (h.get("start_mono_ns") or 0)
-        last = max((th.end_ns or 0 for (th, _, _) in self.counts), default=0)
-        p.duration_nanos = max(last - end, 0) if last else 0
+        if self.end_ns and h.get("start_mono_ns"):
+            p.duration_nanos = max(self.end_ns - h["start_mono_ns"], 0)
         return p
 
     def render(self, out: IO) -> None:
