@@ -35,7 +35,8 @@ def main() -> int:
     trace = os.path.join(out, "trace.msgpack")
     collapsed = os.path.join(out, "profile.collapsed")
     # the gem from the project's GEM_HOME, Debian's gems (Rails, puma) after it (the trailing ':')
-    env = dict(os.environ, GEM_HOME=args.gem_home, GEM_PATH=args.gem_home + ":")
+    gem_home = os.path.abspath(args.gem_home)  # the Rails app runs in its own directory
+    env = dict(os.environ, GEM_HOME=gem_home, GEM_PATH=gem_home + ":")
     start = start_rails if args.app == "rails" else start_shop
     app, load = start(args, env, out)
     try:
