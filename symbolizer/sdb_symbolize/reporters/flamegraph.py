@@ -66,7 +66,7 @@ class FlamegraphReporter(Reporter):
         title = f"sdb flame graph: pid {h.get('pid')} {' '.join(h.get('command') or [])}".strip()
         strings, nodes = self.tree()
         data = json.dumps({"title": title, "strings": strings, "nodes": nodes}, separators=(",", ":"),
-                          ensure_ascii=False).replace("</", "<\\/")
+                          ensure_ascii=False).replace("<", "\\u003c")   # no "</script" or "<!--" inside
         with open(TEMPLATE, encoding="utf-8") as f:
             page = f.read()
         out.write(page.replace("__TITLE__", html.escape(title)).replace("__DATA__", data))
