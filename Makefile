@@ -87,8 +87,8 @@ test: setup rubies $(STAMPS)/npm
 	@echo "== suite, Ruby-independent tests (once, Debian's Ruby)"
 	SDB_RUBY=$(RUBY) SDB_GEM_HOME= $(PY) -m pytest -q -m once tests </dev/null
 
-# All benchmarks (~30 min; benchmarks/RESULTS.md). BENCH_ARGS narrows it, e.g. the Rails overhead
-# benchmark and the CPU microbenchmark only:  make bench BENCH_ARGS="--only rails_overhead --only cpu_micro"
+# All benchmarks (benchmarks/RESULTS.md). BENCH_ARGS narrows it, e.g. the Rails overhead benchmark
+# and the CPU microbenchmark only (~18 min):  make bench BENCH_ARGS="--only rails_overhead --only cpu_micro"
 BENCH_ARGS ?=
 bench: setup
 	$(PY) benchmarks/run.py --ruby $(RUBY) --gem-home $(GEM_HOME_DIR) $(BENCH_ARGS)
