@@ -146,6 +146,8 @@ class SamplePass:
 
     def _ambiguous_stacks(self) -> FrozenSet[int]:
         """Stack ids whose names depend on time (an address named twice): resolved per sample."""
+        if not any(len(v) > 1 for table in (self.t.iseqs, self.t.cfuncs) for v in table.values()):
+            return frozenset()                  # no address was ever named twice: the usual case
         fids = {fid for fid in range(len(self.t.frame_kind)) if self.resolver._ambiguous(fid)}
         if not fids:
             return frozenset()
