@@ -3,7 +3,7 @@
 #   WORKLOAD  loop: 150 frames of recursion around a tight loop of SIZE iterations, repeated 20 times
 #             threads: SIZE times Thread.new { }.join
 # Prints "ready <pid>", waits for a line on stdin, runs the workload once and prints
-# "result <seconds>" (monotonic clock around the workload only), then exits when stdin closes.
+# "result <wall seconds> <CPU seconds>" (around the workload only), then exits when stdin closes.
 profiler, workload, size, stackprof_out = ARGV
 size = Integer(size)
 require "sdb" if profiler == "sdb"
@@ -40,6 +40,7 @@ $stdout.puts "ready #{Process.pid}"
 $stdout.flush
 $stdin.gets
 t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+c0 = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
 if profiler.start_with?("stackprof")
   mode = profiler == "stackprof-wall" ? :wall : :cpu
   StackProf.run(mode: mode, interval: 1000, raw: false, out: stackprof_out, &work)
@@ -47,6 +48,7 @@ else
   work.call
 end
 elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
-$stdout.puts "result #{elapsed}"
+cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - c0
+$stdout.puts "result #{elapsed} #{cpu}"
 $stdout.flush
 $stdin.gets # exit when stdin closes (a profiler attached from outside ends its recording first)
