@@ -4,6 +4,7 @@
   benchmarks/run.py ... --quick                                                   # smoke (~2 min)
   benchmarks/run.py ... --only sample_cost|sidecar_cpu|busy_pace|cpu_micro|rails_overhead [--rounds N]
   benchmarks/run.py ... --only rails_overhead --only cpu_micro                    # issue #5 (~20 min)
+  benchmarks/run.py ... --only boot_symbolizer                                    # issue #4 eBPF boot (~5 min)
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import boot_symbolizer  # noqa: E402
 import busy_pace  # noqa: E402
 import common  # noqa: E402
 import cpu_micro  # noqa: E402
@@ -23,7 +25,7 @@ import sidecar_cpu  # noqa: E402
 import symbolize_formats  # noqa: E402
 
 BENCHMARKS = {m.NAME: m for m in (sample_cost, sidecar_cpu, busy_pace, cpu_micro, rails_overhead,
-                                   symbolize_formats)}
+                                   symbolize_formats, boot_symbolizer)}
 
 
 def main() -> int:

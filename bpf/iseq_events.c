@@ -16,6 +16,7 @@
  * Strings are copied up to STR_MAX bytes each into a per-CPU scratch buffer; a longer one is
  * marked truncated and the sidecar reads that ISeq remotely instead.
  * Times are bpf_ktime_get_ns(): CLOCK_MONOTONIC, the clock of the samples.
+ * RINGBUF_PAGES (a power of two) sizes the ring buffer the records go through.
  */
 #include <uapi/linux/ptrace.h>
 
@@ -32,6 +33,13 @@
 
 /* a heap object: 8-aligned, above the special constants (Qnil is 0x08 in 3.1, 0x04 from 3.2; Qundef 0x34 / 0x24) */
 #define IS_HEAP(v) ((v) > 0x100 && ((v) & 7) == 0)
+
+/* body words read at once: the fields used end at first_lineno (byte 96 on 3.x); a body is bigger */
+#define BODY_WORDS 16
+#if BODY_PATHOBJ >= 8 * BODY_WORDS || BODY_LABEL >= 8 * BODY_WORDS || BODY_BASE_LABEL >= 8 * BODY_WORDS || \
+    BODY_FIRST_LINENO >= 8 * BODY_WORDS || BODY_TYPE >= 8 * BODY_WORDS
+#error "an ISeq body field lies past the words read"
+#endif
 
 #define EV_NEW 1
 #define EV_MOVE 2
@@ -60,7 +68,21 @@ struct event {
 };
 
 BPF_PERCPU_ARRAY(scratch, struct event, 1);
-BPF_PERF_OUTPUT(events);
+/* One ring buffer, drained by the sidecar every few tens of ms: records are written without waking
+ * it (a wake-up per ISeq costs the app more than the probe itself). */
+BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
+BPF_PERCPU_ARRAY(dropped, u64, 1);         /* records that did not fit */
+
+static __always_inline void emit(void *data, u64 size)
+{
+    u32 zero = 0;
+    u64 *d;
+    if (events.ringbuf_output(data, size, BPF_RB_NO_WAKEUP) != 0) {
+        d = dropped.lookup(&zero);
+        if (d)
+            (*d)++;
+    }
+}
 
 static __always_inline u64 rd64(u64 addr, int *ok)
 {
@@ -73,24 +95,24 @@ static __always_inline u64 rd64(u64 addr, int *ok)
 /* Copies the String VALUE `str` to ev->data at *off; its length into ev->h.len[i]. */
 static __always_inline void copy_string(struct event *ev, int i, u64 str, u32 *off, int *ok)
 {
-    u64 flags, len, ptr;
+    u64 h[4] = {}, flags, len, ptr;   /* flags, klass, then len/ptr or the embedded bytes: one read */
     u32 o = *off;
     ev->h.len[i] = 0;
     if (!IS_HEAP(str))              /* nil, false, immediates: no string */
         return;
-    flags = rd64(str, ok);
-    if ((flags & T_MASK) != T_STRING) {
+    if (bpf_probe_read_user(h, sizeof(h), (void *)str) != 0 || (h[0] & T_MASK) != T_STRING) {
         *ok = 0;
         return;
     }
+    flags = h[0];
     if (flags & (1ULL << RSTR_NOEMBED_BIT)) {
-        len = rd64(str + RSTR_HEAP_LEN, ok);
-        ptr = rd64(str + RSTR_HEAP_PTR, ok);
+        len = h[(RSTR_HEAP_LEN / 8) & 3];
+        ptr = h[(RSTR_HEAP_PTR / 8) & 3];
     } else {
 #if RSTR_EMBED_LEN == 0xffff
         len = (flags >> RSTR_EMBED_LEN_SHIFT) & RSTR_EMBED_LEN_MASK;
 #else
-        len = rd64(str + RSTR_EMBED_LEN, ok);
+        len = h[(RSTR_EMBED_LEN / 8) & 3];
 #endif
         ptr = str + RSTR_EMBED_ARY;
     }
@@ -112,30 +134,39 @@ static __always_inline void copy_string(struct event *ev, int i, u64 str, u32 *o
 /* Element idx (0 or 1) of an Array VALUE; 0 when absent. */
 static __always_inline u64 array_at(u64 ary, int idx, int *ok)
 {
-    u64 flags = rd64(ary, ok), n, ptr;
-    if (flags & (1ULL << RARY_EMBED_BIT)) {
-        n = (flags >> RARY_EMBED_LEN_SHIFT) & RARY_EMBED_LEN_MASK;
-        ptr = ary + RARY_EMBED_ARY;
-    } else {
-        n = rd64(ary + RARY_HEAP_LEN, ok);
-        ptr = rd64(ary + RARY_HEAP_PTR, ok);
+    u64 a[5] = {}, n;               /* flags, klass, then the elements or len, aux, ptr: one read */
+    if (bpf_probe_read_user(a, sizeof(a), (void *)ary) != 0) {
+        *ok = 0;
+        return 0;
     }
+    if (a[0] & (1ULL << RARY_EMBED_BIT)) {
+        n = (a[0] >> RARY_EMBED_LEN_SHIFT) & RARY_EMBED_LEN_MASK;
+        if ((u64)idx >= n)
+            return 0;
+        if (RARY_EMBED_ARY == 16 && idx < 3)
+            return a[2 + idx];
+        return rd64(ary + RARY_EMBED_ARY + 8 * idx, ok);
+    }
+    n = a[(RARY_HEAP_LEN / 8) % 5];
     if ((u64)idx >= n)
         return 0;
-    return rd64(ptr + 8 * idx, ok);
+    return rd64(a[(RARY_HEAP_PTR / 8) % 5] + 8 * idx, ok);
 }
 
-/* uretprobe on every function that returns a new ISeq; `probe` says which (see PROBE_FUNCTIONS). */
-static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe)
+/* An ISeq is complete: a uretprobe on a function that returns one (iseq = its return value), or a
+ * uprobe on one that gets one as its first argument (rb_iseq_translate_threaded_code, the last step
+ * of every compilation). `probe` says which (see PROBE_FUNCTIONS). An ISeq without a label yet (the
+ * binary loader sets it later) is left to the probe that sees it complete. */
+static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe, u64 iseq)
 {
     u32 zero = 0, off = 0;
     int ok = 1;
-    u64 iseq, body, flags, pathobj, pflags, path, realpath;
+    u64 body, flags, pathobj, pflags, path, realpath, label;
+    u64 b[BODY_WORDS];              /* the body's first words, type to first_lineno: one read */
     struct event *ev;
 
     if ((bpf_get_current_pid_tgid() >> 32) != TARGET_TGID)
         return 0;
-    iseq = PT_REGS_RC(ctx);
     if (iseq == 0)
         return 0;
     ev = scratch.lookup(&zero);
@@ -153,24 +184,28 @@ static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe)
 
     flags = rd64(iseq, &ok);
     body = rd64(iseq + ISEQ_BODY, &ok);
-    if (!ok || (flags & T_MASK) != T_IMEMO || ((flags >> 12) & 0xf) != IMEMO_ISEQ || body == 0) {
+    if (!ok || (flags & T_MASK) != T_IMEMO || ((flags >> 12) & 0xf) != IMEMO_ISEQ || body == 0
+            || bpf_probe_read_user(b, sizeof(b), (void *)body) != 0) {
         ev->h.flags |= F_UNREADABLE;
         goto send;
     }
-    bpf_probe_read_user(&ev->h.type, 4, (void *)(body + BODY_TYPE));
+    label = b[BODY_LABEL / 8];
+    if (label == 0)
+        return 0;
+    ev->h.type = (u32)(b[BODY_TYPE / 8] >> (8 * (BODY_TYPE % 8)));
 #if FIRST_LINENO_FIXNUM
-    ev->h.first_line = (s32)((s64)rd64(body + BODY_FIRST_LINENO, &ok) >> 1);
+    ev->h.first_line = (s32)((s64)b[BODY_FIRST_LINENO / 8] >> 1);
 #else
-    bpf_probe_read_user(&ev->h.first_line, 4, (void *)(body + BODY_FIRST_LINENO));
+    ev->h.first_line = (s32)(b[BODY_FIRST_LINENO / 8] >> (8 * (BODY_FIRST_LINENO % 8)));
 #endif
-    copy_string(ev, 0, rd64(body + BODY_LABEL, &ok), &off, &ok);
-    copy_string(ev, 1, rd64(body + BODY_BASE_LABEL, &ok), &off, &ok);
-    pathobj = rd64(body + BODY_PATHOBJ, &ok);
+    copy_string(ev, 0, label, &off, &ok);
+    copy_string(ev, 1, b[BODY_BASE_LABEL / 8], &off, &ok);
+    pathobj = b[BODY_PATHOBJ / 8];
     pflags = IS_HEAP(pathobj) ? rd64(pathobj, &ok) : 0;
     if ((pflags & T_MASK) == T_ARRAY) {
         path = array_at(pathobj, 0, &ok);
         realpath = array_at(pathobj, 1, &ok);
-        if (!IS_HEAP(realpath) || (rd64(realpath, &ok) & T_MASK) != T_STRING) {
+        if (!IS_HEAP(realpath)) {
             ev->h.flags |= F_NO_REALPATH;
             realpath = 0;
         }
@@ -185,7 +220,7 @@ static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe)
 send:
     if (off > DATA_MAX)
         off = DATA_MAX;
-    events.perf_submit(ctx, ev, sizeof(struct event_hdr) + off);
+    emit(ev, sizeof(struct event_hdr) + off);
     return 0;
 }
 
@@ -204,7 +239,7 @@ int iseq_moved(struct pt_regs *ctx)
     h.time_ns = bpf_ktime_get_ns();
     h.addr = src;
     h.addr2 = dest;
-    events.perf_submit(ctx, &h, sizeof(h));
+    emit(&h, sizeof(h));
     return 0;
 }
 

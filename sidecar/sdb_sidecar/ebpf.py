@@ -28,8 +28,8 @@ NA = 0xFFFF
 EV_NEW, EV_MOVE = 1, 2
 F_TRUNCATED, F_UNREADABLE, F_NO_REALPATH = 1, 2, 4
 NSTR = 4
-POLL_MS = 50
-PAGES = 256                 # perf buffer pages per CPU (1 MiB): a boot's burst of events fits
+POLL_S = 0.02              # the ring buffer is drained this often (the probes never wake the reader)
+RINGBUF_PAGES = 2048        # 8 MiB: ~25,000 records, a second of the busiest boot measured
 
 
 class EbpfUnavailable(Exception):
@@ -63,6 +63,7 @@ def bpf_cflags(layout: dict, pid: int) -> List[str]:
         "RARY_EMBED_LEN_MASK": L["rarray_embed_len_mask"], "RARY_EMBED_ARY": L["rarray_embed_ary"],
         "RARY_HEAP_LEN": L["rarray_heap_len"], "RARY_HEAP_PTR": L["rarray_heap_ptr"],
     }
+    consts["RINGBUF_PAGES"] = RINGBUF_PAGES
     return [f"-D{k}={int(v)}" for k, v in consts.items()]
 
 
@@ -93,7 +94,7 @@ class EbpfSymbolizer:
         self.layout = layout
         self.named = named                       # the LeftRightMap the sampler reads
         self.records: Deque[dict] = deque()      # for the Drainer, in event order
-        self.lost = 0                            # events the kernel dropped (perf buffer full)
+        self.lost = 0                            # records the probes dropped (ring buffer full)
         self.counts: Dict[str, int] = {}         # events per probe symbol
         self._known: Dict[int, tuple] = {}       # addr -> the name last sent for it
         self._stop = threading.Event()
@@ -111,8 +112,9 @@ class EbpfSymbolizer:
             raise EbpfUnavailable(str(e)) from None
         creators = self.obj.creators
         src = BPF_SOURCE.read_text()
-        entry = "".join(f"int iseq_created_{i}(struct pt_regs *ctx) {{ return iseq_created(ctx, {i}); }}\n"
-                        for i in range(len(creators)))
+        entry = "".join(f"int iseq_created_{i}(struct pt_regs *ctx) {{ return iseq_created(ctx, {i}, "
+                        f"{'PT_REGS_PARM1(ctx)' if p.entry else 'PT_REGS_RC(ctx)'}); }}\n"
+                        for i, p in enumerate(creators))
         src = src.replace("\nPROBE_FUNCTIONS\n", "\n" + entry)
         try:
             self._bpf = BPF(text=src, cflags=bpf_cflags(self.layout, self.pid))
@@ -121,12 +123,12 @@ class EbpfSymbolizer:
                 from None
         try:
             for i, p in enumerate(creators):
-                self._bpf.attach_uretprobe(name=self.obj.open_path, addr=p.vaddr, fn_name=f"iseq_created_{i}",
-                                           pid=self.pid)
+                attach = self._bpf.attach_uprobe if p.entry else self._bpf.attach_uretprobe
+                attach(name=self.obj.open_path, addr=p.vaddr, fn_name=f"iseq_created_{i}", pid=self.pid)
             if self.obj.mover is not None:
                 self._bpf.attach_uprobe(name=self.obj.open_path, addr=self.obj.mover.vaddr, fn_name="iseq_moved",
                                         pid=self.pid)
-            self._bpf["events"].open_perf_buffer(self._on_event, page_cnt=PAGES, lost_cb=self._on_lost)
+            self._bpf["events"].open_ring_buffer(self._on_record)
         except Exception as e:
             self.close()
             raise EbpfUnavailable(f"cannot attach uprobes to {self.obj.path}: {e}") from None
@@ -140,14 +142,14 @@ class EbpfSymbolizer:
         o = self.obj
         names = ", ".join(p.symbol for p in o.creators)
         mover = o.mover.symbol if o.mover else "none (GC moves are seen by remote reads)"
-        missing = f"; not probeable in this build: {', '.join(o.missing)}" if o.missing else ""
+        missing = f"; not in this build's symbols: {', '.join(o.missing)}" if o.missing else ""
         return f"eBPF probes in {o.path}: {names}; mover: {mover}{missing}"
 
     # ------------------------------------------------------------ events
-    def _on_lost(self, n):
-        self.lost += n
+    def _on_record(self, ctx, data, size):
+        self._on_event(data)
 
-    def _on_event(self, cpu, data, size):
+    def _on_event(self, data):
         h = ctypes.cast(data, ctypes.POINTER(EventHdr)).contents
         if h.kind == EV_MOVE:
             self._moved(h.addr, h.addr2, h.time_ns)
@@ -191,12 +193,13 @@ class EbpfSymbolizer:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self._bpf.perf_buffer_poll(timeout=POLL_MS)
+                self._bpf.ring_buffer_consume()
             except Exception:
                 if self._stop.is_set():
                     return
                 raise
             self._publish()
+            self._stop.wait(POLL_S)
 
     def _publish(self) -> None:
         if self._batch_keys:
@@ -217,8 +220,9 @@ class EbpfSymbolizer:
             self._thread.join(5)
             self._thread = None
             try:
-                self._bpf.perf_buffer_poll(timeout=0)
+                self._bpf.ring_buffer_consume()
                 self._publish()
+                self.lost = sum(self._bpf["dropped"][0])
             except Exception:
                 pass
         if self._bpf is not None:

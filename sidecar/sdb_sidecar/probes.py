@@ -20,6 +20,12 @@ CREATORS = (
     "pm_iseq_new_with_opt",       # the Prism compiler (3.3 opt-in, the default from 3.4): hidden
     "ibf_load_iseq",              # ISeqs loaded from binary (load_from_binary, as bootsnap does): static
 )
+# Called once for every ISeq compiled (parse.y, Prism, C callbacks), with the ISeq, complete but for
+# its instructions' final form, as first argument: one uprobe (one trap per ISeq, not a uretprobe's
+# two). Hidden (.symtab only). Where it is found, it replaces the compilers' uretprobes; binary
+# loads still need ibf_load_iseq (the loader sets labels after this call).
+COMPLETION = "rb_iseq_translate_threaded_code"
+COVERED_BY_COMPLETION = ("rb_iseq_new_with_opt", "rb_iseq_new_with_callback", "pm_iseq_new_with_opt")
 # GC compaction's object mover: gc_move(objspace, src, dest, ...). Its specialised copies keep
 # src and dest as the second and third arguments (checked in the disassembly of 3.3.8 and 3.4.5,
 # and by tests/integration/test_iseq_reuse.py's GC.compact test on every Ruby under test).
@@ -36,6 +42,7 @@ class Probe:
     symbol: str        # the name in the ELF symbol table
     vaddr: int         # its address in the ELF file (before loading)
     table: str         # ".dynsym" or ".symtab"
+    entry: bool = False  # True: a uprobe, the ISeq is the first argument; False: a uretprobe, it is returned
 
 
 @dataclass
@@ -79,7 +86,7 @@ def _func_symbols(elf, section_name: str, wanted) -> Dict[str, int]:
 
 
 def _wanted(name: str) -> bool:
-    if name in CREATORS or name == MOVER:
+    if name in CREATORS or name == MOVER or name == COMPLETION:
         return True
     # gc_move.isra.0 and the like, never the .cold part
     return name.startswith(MOVER + ".") and not name.endswith(".cold") and ".cold." not in name
@@ -112,7 +119,11 @@ def find_ruby_object(pid: int) -> RubyObject:
         except (OSError, ELFError):
             continue
         obj = RubyObject(path=path, open_path=open_path, has_symtab=has_symtab)
+        if COMPLETION in found:
+            obj.creators.append(Probe(COMPLETION, *found[COMPLETION], entry=True))
         for name in CREATORS:
+            if COMPLETION in found and name in COVERED_BY_COMPLETION:
+                continue
             if name in found:
                 obj.creators.append(Probe(name, *found[name]))
             else:
