@@ -268,11 +268,11 @@ cdef struct RawFrame:       # one frame as read, before interning
     uint64_t ep
     uint64_t ep_off         # where ep[-2..0] landed in the ep arena; NO_EP: not read
     uint64_t me             # Ruby frames: the callable method entry (rb_vm_frame_method_entry), 0: none
+    uint64_t me_known       # 1: me taken from the thread's previous read (same ISeq and env there)
 
 cdef struct MeMemo:         # a Ruby frame's method entry as found last time, root-aligned
     uint64_t ep
-    uint64_t cref_or_me     # ep[-2]
-    uint64_t prev_ep        # ep[-1]
+    uint64_t iseq
     uint64_t me
 
 cdef struct TypeEnt:        # what a cref_or_me value is (first sight read, then cached)
@@ -902,6 +902,7 @@ cdef class Sampler:
         cdef SlotCache *c
         cdef uint64_t vm_stack, vm_size, end, raw_total = 0, frames_total = 0, ep_total = 0
         cdef uint64_t ep, lo, hi
+        cdef MeMemo *memo
         cdef RawFrame *r
         cdef uint8_t *base
         cdef Cluster *cl
@@ -994,6 +995,8 @@ cdef class Sampler:
             base = self.rawbuf + job.raw_off
             job.cluster0 = nclusters
             cl = NULL
+            c = &self.cache[job.slot]
+            memo = c.memo if not job.truncated else NULL
             for f in range(job.nf):
                 r = &self.raw[job.frame0 + f]
                 r.iseq = u64_at(base, f * self.L.cfp_size + self.L.cfp_iseq)
@@ -1001,15 +1004,25 @@ cdef class Sampler:
                 r.ep = u64_at(base, f * self.L.cfp_size + self.L.cfp_ep)
                 r.ep_off = NO_EP
                 r.me = 0
+                r.me_known = 0
                 if r.ep < 16:
+                    continue
+                if r.iseq != 0 and r.pc != 0 and memo != NULL and job.nf - 1 - f < c.nmemo \
+                        and memo[job.nf - 1 - f].ep == r.ep and memo[job.nf - 1 - f].iseq == r.iseq:
+                    # the same ISeq on the same env at this depth as in the last read: the same
+                    # method entry (no ep words needed)
+                    r.me = memo[job.nf - 1 - f].me
+                    r.me_known = 1
                     continue
                 lo = r.ep - 16
                 hi = r.ep + 8
                 # the job's spans so far (few: its VM stack, and heap envs of escaped blocks)
                 cl = NULL
                 for k in range(<int>job.cluster0, <int>nclusters):
-                    if lo + EP_GAP >= self.clusters[k].lo and hi <= self.clusters[k].hi + EP_GAP \
-                            and hi - self.clusters[k].lo <= EP_SPAN_MAX and self.clusters[k].hi - lo <= EP_SPAN_MAX:
+                    # within EP_GAP of the span, and the merged span no longer than EP_SPAN_MAX
+                    if lo <= self.clusters[k].hi + EP_GAP and hi + EP_GAP >= self.clusters[k].lo \
+                            and (hi if hi > self.clusters[k].hi else self.clusters[k].hi) \
+                            - (lo if lo < self.clusters[k].lo else self.clusters[k].lo) <= EP_SPAN_MAX:
                         cl = &self.clusters[k]
                         break
                 if cl != NULL:
@@ -1147,11 +1160,12 @@ cdef class Sampler:
         return 0
 
     cdef void find_mes(self, Job *job) noexcept nogil:
+        """Every Ruby frame's method entry: from the thread's previous read (same ISeq and env at
+        the same depth, set in phase 3), else by the walk. Remembered for the next read."""
         cdef SlotCache *c = &self.cache[job.slot]
         cdef RawFrame *r
-        cdef const uint64_t *epd
         cdef MeMemo *m
-        cdef uint32_t j, k, cs
+        cdef uint32_t j, cs
         cdef int memo = not job.truncated
         if memo and c.memo_cap < job.nf + 1:
             cs = job.nf + 16
@@ -1163,26 +1177,19 @@ cdef class Sampler:
                 c.memo_cap = cs
         for j in range(job.nf):
             r = &self.raw[job.frame0 + j]
-            if r.iseq == 0 or r.pc == 0 or r.ep_off == NO_EP:
+            if r.iseq == 0 or r.pc == 0 or r.me_known or r.ep_off == NO_EP:
                 continue
-            epd = <const uint64_t *>(self.eparena + r.ep_off)
-            k = job.nf - 1 - j                                   # root-aligned
-            if memo and k < c.nmemo:
-                m = &c.memo[k]
-                if m.ep == r.ep and m.cref_or_me == epd[0] and m.prev_ep == epd[1]:
-                    r.me = m.me                                  # the same env as last time
-                    continue
-            r.me = self.env_me(job, epd)
+            r.me = self.env_me(job, <const uint64_t *>(self.eparena + r.ep_off))
         if memo:
             for j in range(job.nf):
                 r = &self.raw[job.frame0 + j]
                 m = &c.memo[job.nf - 1 - j]
-                m.ep = r.ep if r.ep_off != NO_EP and r.iseq != 0 and r.pc != 0 else 0
-                if m.ep:
-                    epd = <const uint64_t *>(self.eparena + r.ep_off)
-                    m.cref_or_me = epd[0]
-                    m.prev_ep = epd[1]
+                if r.iseq != 0 and r.pc != 0 and (r.me_known or r.ep_off != NO_EP):
+                    m.ep = r.ep
+                    m.iseq = r.iseq
                     m.me = r.me
+                else:
+                    m.ep = 0
             c.nmemo = job.nf
         else:
             c.nmemo = 0
