@@ -26,12 +26,19 @@ puts "ready #{Process.pid}"
 $stdin.gets
 case mode
 when "reuse"
-  Integer(ARGV[1] || 15).times do |round|
-    names = (0...8).map { |i| "sdb_churn_#{round}_#{i}" }
-    eval(names.map { |n| "def #{n}(s)\n  spin(s)\nend\n" }.join, TOPLEVEL_BINDING, "/sdb/churn.rb", 1)
-    names.each { |n| run(n, 0.015) }
-    names.each { |n| Object.send(:remove_method, n) }
-    GC.start
+  # batches of 5 rounds, as long as stdin says "more" (the test stops once it saw an address reused)
+  round = 0
+  loop do
+    5.times do
+      names = (0...8).map { |i| "sdb_churn_#{round}_#{i}" }
+      eval(names.map { |n| "def #{n}(s)\n  spin(s)\nend\n" }.join, TOPLEVEL_BINDING, "/sdb/churn.rb", 1)
+      names.each { |n| run(n, 0.012) }
+      names.each { |n| Object.send(:remove_method, n) }
+      GC.start
+      round += 1
+    end
+    puts "batch"
+    break unless $stdin.gets == "more\n"
   end
 when "compact"
   junk = Array.new(50_000) { Object.new } # freed below: holes low in the heap for the compactor to fill
