@@ -1,0 +1,36 @@
+"""benchmarks/boot_symbolizer.py in its quick mode: the three configurations run, the eBPF one really
+reports the boot's ISeqs. Speed is not judged here (benchmarks/RESULTS.md holds measured runs)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, SDB_GEM_HOME, SDB_RUBY
+
+from test_ebpf_symbolizer import ebpf_missing
+
+pytestmark = [pytest.mark.once,
+              pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")]
+
+
+def test_boot_symbolizer_quick_run_measures_every_configuration(tmp_path):
+    # GIVEN/WHEN the quick run
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "run.py"), "--ruby", SDB_RUBY,
+                        "--gem-home", SDB_GEM_HOME, "--quick", "--only", "boot_symbolizer",
+                        "--results", str(tmp_path)],
+                       capture_output=True, text=True, timeout=170, cwd=str(REPO), stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, f"benchmarks/run.py --quick failed ({r.returncode}):\n{r.stderr[-3000:]}"
+    with open(tmp_path / "boot_symbolizer-quick.json") as f:
+        doc = json.load(f)
+    rows = {row["mode"]: row for row in doc["rows"]}
+    # THEN every configuration booted, and with eBPF every ISeq of the boot was reported, none lost
+    assert list(rows) == ["none", "remote", "ebpf"]
+    for row in rows.values():
+        assert row["boot_s"]["median"] > 0
+    p = doc["params"]
+    assert rows["ebpf"]["ebpf_events"] >= 2 * p["methods"] + p["files"]
+    assert rows["ebpf"]["lost"] == 0 and rows["remote"]["ebpf_events"] == 0
+    assert "| ebpf |" in r.stdout
