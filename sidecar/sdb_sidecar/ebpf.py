@@ -137,14 +137,6 @@ class EbpfSymbolizer:
         self._thread = threading.Thread(target=self._run, name="sdb-ebpf", daemon=True)
         self._thread.start()
 
-    def describe(self) -> str:
-        """One line: what is probed where."""
-        o = self.obj
-        names = ", ".join(p.symbol for p in o.creators)
-        mover = o.mover.symbol if o.mover else "none (GC moves are seen by remote reads)"
-        missing = f"; not in this build's symbols: {', '.join(o.missing)}" if o.missing else ""
-        return f"eBPF probes in {o.path}: {names}; mover: {mover}{missing}"
-
     # ------------------------------------------------------------ events
     def _on_record(self, ctx, data, size):
         self._on_event(data)
