@@ -1,0 +1,61 @@
+"""Without eBPF (here: not root) the sidecar says so once and names every ISeq by remote reads."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from conftest import PROGRAMS, REPO, read_trace, ruby_cmd, ruby_env, stderr_lines
+
+pytestmark = pytest.mark.once
+NOBODY = 65534
+
+
+def as_nobody(argv):
+    """argv run as an unprivileged user: as nobody when we are root, else as ourselves."""
+    if os.geteuid() != 0:
+        return argv
+    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv]
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None,
+                    reason="running as root without setpriv: cannot run the sidecar unprivileged")
+def test_not_root_gives_one_notice_and_remote_names():
+    folder = tempfile.mkdtemp(prefix="sdb-noebpf-")
+    os.chmod(folder, 0o777)
+    target = subprocess.Popen(as_nobody(ruby_cmd(PROGRAMS / "eval_after_attach.rb")), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=folder,
+                              env=ruby_env())
+    try:
+        # GIVEN an app and a sidecar running as the same unprivileged user
+        assert target.stdout.readline().startswith("ready"), "the target did not start"
+        out = os.path.join(folder, "trace.msgpack")
+        sidecar = subprocess.Popen(as_nobody([sys.executable, "-m", "sdb_sidecar.cli", "attach", "--pid",
+                                              str(target.pid), "-d", "3", "-o", out, "-q"]),
+                                   stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+        # WHEN the app defines and runs methods while recorded
+        target.stdin.write(f"go {folder}\n")
+        target.stdin.flush()
+        _, err = sidecar.communicate(timeout=60)
+        # THEN one line says eBPF is not used and why, and nothing else is printed
+        assert sidecar.returncode == 0, err
+        lines = stderr_lines(err)
+        assert len(lines) == 1 and lines[0].startswith("sdb: notice: no eBPF symbolizer (not running as root)"), lines
+        # AND every symbol came from a remote read, the evaluated methods included
+        trace = read_trace(out)
+        assert trace.end["ebpf"] is None
+        iseqs = [r for r in trace.records if r["t"] == "iseq"]
+        assert iseqs and {r["source"] for r in iseqs} == {"remote"}
+        assert any(r["label"] == "sdb_loaded_method" for r in iseqs)
+    finally:
+        target.kill()
+        target.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            os.unlink(f"/dev/shm/sdb-{target.pid}")
+        except FileNotFoundError:
+            pass
