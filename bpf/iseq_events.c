@@ -48,6 +48,8 @@
 #define F_TRUNCATED 1               /* a string was longer than STR_MAX: read this ISeq remotely */
 #define F_UNREADABLE 2              /* a field could not be read: read this ISeq remotely */
 #define F_NO_REALPATH 4             /* pathobj was [path, nil] */
+#define F_BASE_IS_LABEL 8           /* base_label is the label's String: not copied twice */
+#define F_REALPATH_IS_PATH 16       /* pathobj was a String: realpath is path, not copied twice */
 
 struct event_hdr {
     u32 kind;                       /* EV_NEW or EV_MOVE */
@@ -161,7 +163,7 @@ static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe, u64 iseq
 {
     u32 zero = 0, off = 0;
     int ok = 1;
-    u64 body, flags, pathobj, pflags, path, realpath, label;
+    u64 body, flags, pathobj, pflags, path, realpath, label, ih[3];
     u64 b[BODY_WORDS];              /* the body's first words, type to first_lineno: one read */
     struct event *ev;
 
@@ -182,8 +184,10 @@ static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe, u64 iseq
     ev->h.first_line = 0;
     ev->h.len[0] = ev->h.len[1] = ev->h.len[2] = ev->h.len[3] = 0;
 
-    flags = rd64(iseq, &ok);
-    body = rd64(iseq + ISEQ_BODY, &ok);
+    if (bpf_probe_read_user(ih, sizeof(ih), (void *)iseq) != 0)
+        ok = 0;
+    flags = ih[0];
+    body = ih[(ISEQ_BODY / 8) % 3];
     if (!ok || (flags & T_MASK) != T_IMEMO || ((flags >> 12) & 0xf) != IMEMO_ISEQ || body == 0
             || bpf_probe_read_user(b, sizeof(b), (void *)body) != 0) {
         ev->h.flags |= F_UNREADABLE;
@@ -199,7 +203,10 @@ static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe, u64 iseq
     ev->h.first_line = (s32)(b[BODY_FIRST_LINENO / 8] >> (8 * (BODY_FIRST_LINENO % 8)));
 #endif
     copy_string(ev, 0, label, &off, &ok);
-    copy_string(ev, 1, b[BODY_BASE_LABEL / 8], &off, &ok);
+    if (b[BODY_BASE_LABEL / 8] == label)
+        ev->h.flags |= F_BASE_IS_LABEL;
+    else
+        copy_string(ev, 1, b[BODY_BASE_LABEL / 8], &off, &ok);
     pathobj = b[BODY_PATHOBJ / 8];
     pflags = IS_HEAP(pathobj) ? rd64(pathobj, &ok) : 0;
     if ((pflags & T_MASK) == T_ARRAY) {
@@ -211,7 +218,8 @@ static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe, u64 iseq
         }
     } else {
         path = pathobj;
-        realpath = pathobj;
+        realpath = 0;
+        ev->h.flags |= F_REALPATH_IS_PATH;
     }
     copy_string(ev, 2, path, &off, &ok);
     copy_string(ev, 3, realpath, &off, &ok);

@@ -26,7 +26,7 @@ from . import probes
 BPF_SOURCE = Path(__file__).resolve().parent.parent.parent / "bpf" / "iseq_events.c"
 NA = 0xFFFF
 EV_NEW, EV_MOVE = 1, 2
-F_TRUNCATED, F_UNREADABLE, F_NO_REALPATH = 1, 2, 4
+F_TRUNCATED, F_UNREADABLE, F_NO_REALPATH, F_BASE_IS_LABEL, F_REALPATH_IS_PATH = 1, 2, 4, 8, 16
 NSTR = 4
 POLL_S = 0.02              # the ring buffer is drained this often (the probes never wake the reader)
 RINGBUF_PAGES = 2048        # 8 MiB: ~25,000 records, a second of the busiest boot measured
@@ -164,6 +164,10 @@ class EbpfSymbolizer:
         label, base_label, path, realpath = strs
         if h.flags & F_NO_REALPATH:
             realpath = None
+        elif h.flags & F_REALPATH_IS_PATH:
+            realpath = path
+        if h.flags & F_BASE_IS_LABEL:
+            base_label = label
         info = (label, base_label, path, realpath, h.first_line, h.type)
         if self._known.get(h.addr) == info:
             return              # the binary loader hands out ISeqs it already loaded

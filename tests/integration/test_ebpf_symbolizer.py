@@ -87,7 +87,8 @@ def test_methods_evaluated_after_attach_are_named_by_ebpf(ruby_target, sidecar_p
         recs = by_label.get(name)
         assert recs, f"no symbol for {name}"
         assert {r["source"] for r in recs} == {"ebpf"}, recs   # the sampler read none of them remotely
-        assert recs[0]["path"] == ran["eval_path"]
+        assert recs[0]["path"] == ran["eval_path"] and recs[0]["realpath"] is None
+        assert recs[0]["base_label"] == name and recs[0]["type"] == 1   # a method
         assert recs[0]["first_line"] == ran["eval_first_line"] + 10 * i
         assert trace.header["start_mono_ns"] < recs[0]["at_ns"] < trace.end["at_ns"]
     # AND the file loaded through a symlink keeps path and realpath apart, as Ruby does
