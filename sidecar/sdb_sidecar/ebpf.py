@@ -153,7 +153,7 @@ class EbpfSymbolizer:
         if h.flags & (F_TRUNCATED | F_UNREADABLE):
             # the Drainer reads this one remotely (a string longer than the probe copies, or a page
             # the probe could not read)
-            self._known.pop(h.addr, None)
+            self._unname(h.addr)
             self.records.append({"kind": "remote", "addr": h.addr, "at_ns": h.time_ns, "probe": sym})
             return
         raw = ctypes.string_at(data + HDR_SIZE, sum(h.len))
@@ -178,12 +178,20 @@ class EbpfSymbolizer:
                              "label": label, "base_label": base_label, "path": path, "realpath": realpath,
                              "first_line": h.first_line, "type": h.type})
 
+    def _unname(self, addr: int) -> None:
+        """What eBPF named at addr no longer holds: value 0 tells the sampler to read it remotely."""
+        if self._known.pop(addr, None) is not None:
+            self._batch_keys.append(addr)
+            self._batch_vals.append(0)
+
     def _moved(self, old: int, new: int, t_ns: int) -> None:
         info = self._known.pop(old, None)
         if info is not None:
             self._known[new] = info
             self._batch_keys.append(new)
             self._batch_vals.append(t_ns)
+        else:
+            self._unname(new)       # an ISeq eBPF did not name moved over one it did
         self.records.append({"kind": "move", "addr": new, "from": old, "at_ns": t_ns})
 
     def _run(self) -> None:
