@@ -2,6 +2,7 @@
 (source "ebpf", the event's time), with probes found in the target's own Ruby through its maps."""
 from __future__ import annotations
 
+import functools
 import json
 import time
 
@@ -12,7 +13,9 @@ from conftest import SDB_RUBY, read_trace, samples_so_far, wait_for
 from sdb_sidecar.ebpf import EbpfUnavailable, check_available
 
 
+@functools.lru_cache(maxsize=None)
 def ebpf_missing() -> str:
+    """Why eBPF cannot be used here ("" when it can)."""
     try:
         check_available()
     except EbpfUnavailable as e:
