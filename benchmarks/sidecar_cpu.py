@@ -7,9 +7,11 @@ DURATION s, pinned to another core than the target. Two numbers:
   total   (user+sys from wait4 rusage) / wall time from spawn to exit: what a
           user pays, Python start-up, trace writing and closing included;
   steady  on-CPU time of the sidecar's threads (/proc/<pid>/task/*/schedstat)
-          over the middle of the run (from 2 s after spawn to 0.3 s before the
-          end): the recurring cost, split into the sampler thread (nogil tick
-          loop) and the Python thread (drain every 100 ms, trace writing).
+          over the middle of the recording (from 1 s after its first sample batch
+          reached the trace, i.e. after start-up and the eBPF compile, to 0.3 s
+          before the end): the recurring cost, split into the Python thread
+          (drain every 100 ms, trace writing) and the others (the nogil sampler
+          loop, the eBPF event reader). The 3% target is about this number.
 The achieved rate, samples, torn and late ticks come from the trace's end record.
 Rates (1 kHz, and 100 Hz for comparison) are interleaved round by round."""
 from __future__ import annotations
@@ -42,6 +44,15 @@ def trace_stats(path: str) -> dict:
     return {"end": end, "frames_per_sample": frames / samples if samples else 0.0, "size": os.path.getsize(path)}
 
 
+def _has_samples(path: str) -> bool:
+    """The recording has started: a sample batch is in the trace (after start-up and the eBPF setup)."""
+    try:
+        with open(path, "rb") as f:
+            return b"\xa7samples" in f.read()
+    except OSError:
+        return False
+
+
 def one(cfg, rate: float, duration: float, threads: int, depth: int, tmp: str) -> dict:
     out = os.path.join(tmp, f"trace-{rate:g}.msgpack")
     with common.ruby_target(cfg, "stacks.rb", threads, depth, "mixed") as target:
@@ -50,7 +61,10 @@ def one(cfg, rate: float, duration: float, threads: int, depth: int, tmp: str) -
             "--duration", str(duration), "-o", out, "--quiet"]
         t0 = time.monotonic()
         sc = subprocess.Popen(cmd)
-        time.sleep(2.0)
+        while time.monotonic() - t0 < duration and not _has_samples(out):
+            time.sleep(0.05)
+        started = time.monotonic() - t0
+        time.sleep(1.0)
         a, ta = common.proc_cpu_ns(sc.pid), time.monotonic()
         time.sleep(max(0.5, t0 + duration - 0.3 - time.monotonic()))
         b, tb = common.proc_cpu_ns(sc.pid), time.monotonic()
@@ -66,7 +80,7 @@ def one(cfg, rate: float, duration: float, threads: int, depth: int, tmp: str) -
     e = ts["end"]
     os.unlink(out)
     return {"total_pct": 100.0 * (ru.ru_utime + ru.ru_stime) / wall, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
-            "wall_s": wall, "steady_pct": 100.0 * (sampler_ns + python_ns) / (win * 1e9),
+            "wall_s": wall, "startup_s": started, "steady_pct": 100.0 * (sampler_ns + python_ns) / (win * 1e9),
             "sampler_pct": 100.0 * sampler_ns / (win * 1e9), "python_pct": 100.0 * python_ns / (win * 1e9),
             "rate_hz": e.get("ticks", 0) / duration, "samples": e.get("samples", 0), "ticks": e.get("ticks", 0),
             "torn": e.get("torn", 0), "late": e.get("late", 0) + e.get("missed", 0),
@@ -100,14 +114,14 @@ def run(cfg) -> str:
         rows.append(row)
         verdict = ""
         if rate == 1000.0:
-            verdict = " (target <= 3%: " + ("met)" if row["total_pct"]["median"] <= TARGET_PCT else "MISSED)")
+            verdict = " (target <= 3%: " + ("met)" if row["steady_pct"]["median"] <= TARGET_PCT else "MISSED)")
         samples_per_s = row["samples"] / (duration * len(rs))
         table_rows.append([f"{rate:g}", fmt(row["rate_hz"], 0), f"{samples_per_s:.0f}", fmt(row["frames"], 1),
-                           fmt(row["total_pct"]) + verdict, fmt(row["steady_pct"]), fmt(row["sampler_pct"]),
+                           fmt(row["total_pct"]), fmt(row["steady_pct"]) + verdict, fmt(row["sampler_pct"]),
                            fmt(row["python_pct"]), f"{row['torn']}/{row['late']}"])
     table = common.markdown_table(
         ["asked Hz", "achieved Hz", "samples/s", "frames/sample", "CPU % of one core (total)", "steady %",
-         "sampler thread %", "python thread %", "torn/late"], table_rows)
+         "sampler + eBPF reader threads %", "python thread %", "torn/late"], table_rows)
     params = {"threads": threads, "depth": f"{depth}..{depth + 20}", "duration_s": duration, "rounds": rounds,
               "rates": rates, "target_pct_at_1khz": TARGET_PCT}
     common.write_result(cfg, NAME, params, rows, table)

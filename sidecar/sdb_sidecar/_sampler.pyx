@@ -304,6 +304,8 @@ cdef struct Job:            # one thread being read in this tick
     uint64_t frame0         # its first RawFrame in raw
     uint8_t hdr[64]         # EC_SPAN bytes of its ec
     uint8_t th[128]         # the span of rb_thread_t holding ec and status (when status is read)
+    uint64_t switch_ins0    # 3.1: the thread's switch-in count before the read (0: not taken)
+    int letter0             # 3.1: its kernel state letter, taken after switch_ins0, before the read
 
 cdef struct Req:            # one remote read, queued for run_reqs
     uint64_t addr
@@ -331,6 +333,11 @@ cdef struct Gathered:       # what the loop gathered since the last drain: hande
 cdef struct SlotCache:
     int stat_fd             # /proc/<pid>/task/<tid>/stat, opened when first needed; 0: not open
     int kstate              # its last state letter (0: none yet)
+    int sched_fd            # /proc/<pid>/task/<tid>/schedstat (Ruby 3.1's idle reuse); 0: not open, -1: never
+    uint32_t asleep         # 3.1: the last read was of a thread the kernel had asleep throughout it,
+    uint32_t asleep_state   #   blocked or waiting for the GVL (this state): its switch-in count was
+    uint64_t switch_ins     #   this. While the count stays, the thread ran nothing: same stack.
+    uint32_t was_idle       # the last read found the thread idle: check for sleep around the next one
     uint32_t idle_word      # the slot's state word before the last read, when that read was of
     uint32_t idle_valid     #   an idle thread (blocked / waiting for the GVL): 1
     uint64_t kstate_ns      # when it was read
@@ -1336,6 +1343,69 @@ cdef class Sampler:
                         and (job.state == STATE_BLOCKED or job.state == STATE_GVL_WAIT))
         c.idle_word = job.word
 
+    # Ruby 3.1 has no GVL hooks, so the gem cannot count a thread's runs. The kernel counts them:
+    # schedstat's third field is the number of times the thread was switched in. A read taken while
+    # the kernel had the thread asleep throughout (count c, state letter S or D, then the stack,
+    # then the count still c) is its stack for as long as the count stays c: it cannot run Ruby
+    # code without being switched in. That costs one pread per tick instead of a stack read.
+    cdef uint64_t switch_ins(self, SlotCache *c, uint32_t tid) noexcept nogil:
+        """The thread's switch-in count (schedstat's third field); 0 when unknown."""
+        cdef char path[64]
+        cdef char buf[128]
+        cdef ssize_t n
+        cdef int i, field = 0
+        cdef uint64_t v = 0
+        if c.sched_fd == 0:
+            snprintf(path, sizeof(path), "/proc/%d/task/%u/schedstat", <int>self.pid, tid)
+            c.sched_fd = c_open(path, O_RDONLY | O_CLOEXEC) + 1
+            if c.sched_fd <= 0:
+                c.sched_fd = -1                # never again for this thread
+        if c.sched_fd <= 0:
+            return 0
+        n = pread(c.sched_fd - 1, buf, sizeof(buf) - 1, 0)
+        if n <= 0:
+            return 0
+        for i in range(<int>n):
+            if buf[i] == 32:
+                field += 1
+            elif field == 2 and buf[i] >= 48 and buf[i] <= 57:
+                v = v * 10 + <uint64_t>(buf[i] - 48)
+        return v
+
+    cdef int still_asleep(self, Job *job) noexcept nogil:
+        """3.1: 1 when the thread's last read was taken asleep and it has not been switched in since
+        (job.state is then that read's state). Otherwise prepares job for the checks of note_asleep."""
+        cdef SlotCache *c = &self.cache[job.slot]
+        cdef uint64_t now_count
+        job.switch_ins0 = 0
+        job.letter0 = 0
+        if job.state != STATE_UNKNOWN or not self.th_len or not c.has_prev:
+            return 0                         # Ruby >= 3.2 (the gem's run count does this), or no stack yet
+        if not c.asleep and not c.was_idle:
+            return 0                         # running last time: read it, no syscalls spent on it
+        now_count = self.switch_ins(c, job.tid)
+        if c.asleep and now_count != 0 and now_count == c.switch_ins:
+            job.state = c.asleep_state
+            return 1
+        c.asleep = 0
+        if now_count != 0:
+            job.switch_ins0 = now_count
+            job.letter0 = self.kernel_state(c, job.tid)
+        return 0
+
+    cdef void note_asleep(self, Job *job) noexcept nogil:
+        cdef SlotCache *c = &self.cache[job.slot]
+        cdef int idle = job.result == R_OK and (job.state == STATE_BLOCKED or job.state == STATE_GVL_WAIT)
+        if not job.from_status:
+            return
+        c.was_idle = idle
+        c.asleep = 0
+        if idle and job.switch_ins0 != 0 and (job.letter0 == 83 or job.letter0 == 68) \
+                and self.switch_ins(c, job.tid) == job.switch_ins0:       # 'S', 'D'
+            c.asleep = 1
+            c.asleep_state = job.state
+            c.switch_ins = job.switch_ins0
+
     # ------------------------------------------------------------ one tick
     cdef void thread_event(self, const sdb_slot *copy, uint32_t ended, uint64_t serial, uint64_t now) noexcept nogil:
         cdef ThreadEvt *e
@@ -1387,8 +1457,13 @@ cdef class Sampler:
     cdef void close_stat(self, SlotCache *c) noexcept nogil:
         if c.stat_fd > 0:
             c_close(c.stat_fd - 1)
+        if c.sched_fd > 0:
+            c_close(c.sched_fd - 1)
         c.stat_fd = 0
+        c.sched_fd = 0
         c.kstate = 0
+        c.asleep = 0
+        c.was_idle = 0
 
     cdef int take_slot(self, uint32_t idx, uint64_t now, Job *job) noexcept nogil:
         """Copies slot idx under its seqlock into job; thread events on changes. 0: nothing to sample."""
@@ -1469,6 +1544,11 @@ cdef class Sampler:
                         pthread_mutex_unlock(&self.mu)
                         return R_FATAL
                     self.reused += 1
+                elif self.still_asleep(&self.jobs[n]):
+                    if self.emit(&self.jobs[n], self.cache[i].prev_stack, now) != R_OK:
+                        pthread_mutex_unlock(&self.mu)
+                        return R_FATAL
+                    self.reused += 1
                 else:
                     n += 1
         rc = R_OK
@@ -1479,6 +1559,7 @@ cdef class Sampler:
                 if self.jobs[i].result == R_OK:
                     self.jobs[i].result = self.finish_job(&self.jobs[i], now)
                     self.note_idle(&self.jobs[i])
+                    self.note_asleep(&self.jobs[i])
                 if self.jobs[i].result == R_TORN:       # retried below, together
                     self.jobs[n + ntorn] = self.jobs[i]
                     self.jobs[n + ntorn].result = R_OK
