@@ -145,13 +145,14 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
         out.close()
         os.unlink(out_path)
         raise permission_error(target.pid, e) from None
+    # eBPF first (its compile takes a second): the header's start is when sampling starts
+    symbolizer = start_ebpf(target, sampler) if ebpf else None
     writer = TraceWriter(out, {
         "pid": target.pid, "ruby": target.info["ruby"], "ruby_description": target.info["ruby_description"],
         "layout": target.info["layout"], "rate_hz": rate_hz, "start_mono_ns": _sampler.monotonic_ns(),
         "start_wall_ns": _sampler.wall_ns(), "hostname": socket.gethostname(), "sdb_version": __version__,
         "command": target.command, "max_depth": max_depth,
     })
-    symbolizer = start_ebpf(target, sampler) if ebpf else None
     drainer = Drainer(target, sampler, writer, symbolizer)
     result = []
     thread = threading.Thread(target=lambda: result.append(sampler.run(duration_s)), name="sdb-sampler",
@@ -186,9 +187,11 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
                     break
         if not stalled:
             drainer.drain()
-    finally:
+    except BaseException:
         for s, h in old.items():
             signal.signal(s, h)
+        raise
+    finally:
         if symbolizer is not None:
             symbolizer.close()
             drainer.drain_ebpf()
@@ -208,6 +211,9 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
               "ebpf": symbolizer.summary() if symbolizer is not None else None}
     writer.end(**counts)
     out.close()
+    # our handlers stay until the end record is written: a Ctrl-C while closing only marks it interrupted
+    for s, h in old.items():
+        signal.signal(s, h)
     status.finish(stats)
     if why == "permission":
         raise permission_error(target.pid, PermissionError(1, "Operation not permitted"))
