@@ -1185,22 +1185,18 @@ cdef class Sampler:
                 c.memo_cap = cs
         for j in range(job.nf):
             r = &self.raw[job.frame0 + j]
-            if r.iseq == 0 or r.pc == 0 or r.me_known or r.ep_off == NO_EP:
-                continue
-            r.me = self.env_me(job, <const uint64_t *>(self.eparena + r.ep_off))
-        if memo:
-            for j in range(job.nf):
-                r = &self.raw[job.frame0 + j]
-                m = &c.memo[job.nf - 1 - j]
-                if r.iseq != 0 and r.pc != 0 and (r.me_known or r.ep_off != NO_EP):
+            if r.me_known:
+                continue                                 # its memo entry holds it already
+            m = &c.memo[job.nf - 1 - j] if memo else NULL
+            if r.iseq != 0 and r.pc != 0 and r.ep_off != NO_EP:
+                r.me = self.env_me(job, <const uint64_t *>(self.eparena + r.ep_off))
+                if m != NULL:
                     m.ep = r.ep
                     m.iseq = r.iseq
                     m.me = r.me
-                else:
-                    m.ep = 0
-            c.nmemo = job.nf
-        else:
-            c.nmemo = 0
+            elif m != NULL:
+                m.ep = 0
+        c.nmemo = job.nf if memo else 0
 
     cdef int finish_job(self, Job *job, uint64_t now) noexcept nogil:
         """Phase 4 for one job: checks, interning, the sample. Returns an R_* outcome."""
