@@ -1344,21 +1344,25 @@ cdef class Sampler:
     # the kernel had the thread asleep throughout (count c, state letter S or D, then the stack,
     # then the count still c) is its stack for as long as the count stays c: it cannot run Ruby
     # code without being switched in. That costs one pread per tick instead of a stack read.
+    cdef ssize_t task_file(self, int *fd, uint32_t tid, const char *name, char *buf, size_t cap) noexcept nogil:
+        """/proc/<pid>/task/<tid>/<name> read into buf (the file stays open in *fd: fd + 1, 0 not yet
+        open, -1 never). Returns the bytes read, <= 0 when it cannot be read."""
+        cdef char path[64]
+        if fd[0] == 0:
+            snprintf(path, sizeof(path), "/proc/%d/task/%u/%s", <int>self.pid, tid, name)
+            fd[0] = c_open(path, O_RDONLY | O_CLOEXEC) + 1
+            if fd[0] <= 0:
+                fd[0] = -1                     # never again for this thread
+        if fd[0] <= 0:
+            return 0
+        return pread(fd[0] - 1, buf, cap - 1, 0)
+
     cdef uint64_t switch_ins(self, SlotCache *c, uint32_t tid) noexcept nogil:
         """The thread's switch-in count (schedstat's third field); 0 when unknown."""
-        cdef char path[64]
         cdef char buf[128]
-        cdef ssize_t n
+        cdef ssize_t n = self.task_file(&c.sched_fd, tid, "schedstat", buf, sizeof(buf))
         cdef int i, field = 0
         cdef uint64_t v = 0
-        if c.sched_fd == 0:
-            snprintf(path, sizeof(path), "/proc/%d/task/%u/schedstat", <int>self.pid, tid)
-            c.sched_fd = c_open(path, O_RDONLY | O_CLOEXEC) + 1
-            if c.sched_fd <= 0:
-                c.sched_fd = -1                # never again for this thread
-        if c.sched_fd <= 0:
-            return 0
-        n = pread(c.sched_fd - 1, buf, sizeof(buf) - 1, 0)
         if n <= 0:
             return 0
         for i in range(<int>n):
@@ -1431,18 +1435,9 @@ cdef class Sampler:
 
     cdef int kernel_state(self, SlotCache *c, uint32_t tid) noexcept nogil:
         """The state letter of /proc/<pid>/task/<tid>/stat (0 when unknown); the file stays open."""
-        cdef char path[64]
         cdef char buf[256]
-        cdef ssize_t n
+        cdef ssize_t n = self.task_file(&c.stat_fd, tid, "stat", buf, sizeof(buf))
         cdef int i
-        if c.stat_fd == 0:
-            snprintf(path, sizeof(path), "/proc/%d/task/%u/stat", <int>self.pid, tid)
-            c.stat_fd = c_open(path, O_RDONLY | O_CLOEXEC) + 1
-            if c.stat_fd <= 0:
-                c.stat_fd = -1                 # never again for this thread
-        if c.stat_fd <= 0:
-            return 0
-        n = pread(c.stat_fd - 1, buf, sizeof(buf) - 1, 0)
         if n <= 0:
             return 0
         i = <int>n - 1
