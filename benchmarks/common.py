@@ -62,8 +62,18 @@ def ruby_target(cfg, program: str, *argv, stdin=False, ready_timeout: float = 20
             time.sleep(0.01)
         yield p
     finally:
+        reap(p)
+
+
+def reap(p: subprocess.Popen) -> None:
+    """Kill a target and remove the registry a SIGKILLed Ruby cannot remove itself."""
+    if p.poll() is None:
         p.kill()
-        p.wait()
+    p.wait()
+    try:
+        os.unlink(f"/dev/shm/sdb-{p.pid}")
+    except FileNotFoundError:
+        pass
 
 
 def summary(values) -> dict:

@@ -77,9 +77,7 @@ def one(cfg, workload: str, size: int, profiler: str, rate: int, tmp: str, tag: 
             res["samples"] = stackprof_samples(cfg, dump)
             os.unlink(dump)
     finally:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
+        common.reap(p)
     if "samples" in res and res["samples"] <= 0:
         raise RuntimeError(f"cpu_micro {profiler} {rate or ''}: the profile holds no samples")
     return res

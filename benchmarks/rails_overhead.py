@@ -121,8 +121,8 @@ def one(cfg, name: str, profiler: str, rate: int, warmup: float, duration: float
         try:
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+            pass
+        common.reap(server)
     if profiler.startswith("stackprof"):
         res["samples"] = stackprof_samples(cfg, dump) if os.path.exists(dump) else -1
     if "samples" in res and res["samples"] <= 0:

@@ -5,12 +5,13 @@ top frame from 3.3 on), so lines may lag: what holds, and is tested, is that eve
 for a frame lies inside that frame's method."""
 from __future__ import annotations
 
+import os
 import subprocess
 from collections import Counter
 
 import pytest
 
-from conftest import PROGRAMS, SDB_RUBY, read_trace, ruby_env, run_sidecar
+from conftest import PROGRAMS, SDB_RUBY, read_trace, registry_path, ruby_env, run_sidecar
 
 
 def yjit_available() -> bool:
@@ -36,6 +37,8 @@ def busy_stacks(tmp_path, name, ruby_args):
     finally:
         proc.kill()
         proc.wait()
+        if os.path.exists(registry_path(proc.pid)):   # a SIGKILLed Ruby cannot remove it
+            os.unlink(registry_path(proc.pid))
     trace = read_trace(out)
     busy = trace.serial_named("busy")
     stacks = Counter(tuple(l for l in trace.labels_of(s) if l) for s in trace.samples_of(busy))
