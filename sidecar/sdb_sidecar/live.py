@@ -13,9 +13,8 @@ from typing import Deque, Dict, List, Optional, Tuple
 
 from sdb_symbolize.resolve import Resolver
 import sdb_trace
-from sdb_trace import STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING, Symbol, Tables, TraceWriter
+from sdb_trace import STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING, Tables, TraceWriter
 
-METHOD_CFUNC = getattr(sdb_trace, "METHOD_CFUNC", 1)
 
 BUCKET_NS = 250_000_000      # samples are counted in quarter-second buckets
 SORT_COLUMNS = ("%Own", "%Total", "OwnTime", "TotalTime")
@@ -49,14 +48,8 @@ class LiveProfile(TraceWriter):
             tb.frame_line.extend(rec.get("line") or [0] * n)
         elif t == "stacks":
             tb.stacks.extend(rec["stacks"])
-        elif t in ("iseq", "cfunc", "method"):
-            # as sdb_trace.load_tables builds its symbols (an older `cfunc` record: a C method's name)
-            if t == "cfunc":
-                rec = dict(rec, type=METHOD_CFUNC, class_path=None, singleton=False)
-            table, addr = (tb.iseqs, rec["addr"]) if t == "iseq" else (tb.cfuncs, rec["me"])
-            label = rec.get("label") if t == "iseq" else rec.get("name")
-            sym = Symbol(rec.get("at_ns", 0), label or "", rec.get("path") or "", rec.get("first_line") or 0,
-                         rec.get("source", ""), rec)
+        elif t in sdb_trace.SYMBOL_RECORDS:
+            table, addr, sym = tb.symbol_of(rec)
             syms = table.setdefault(addr, [])
             if syms:
                 # a reused (or moved) address: the view shows what runs now, so the new name wins

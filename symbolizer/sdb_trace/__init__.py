@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import IO, Callable, Dict, Iterator, List, Optional
+from typing import IO, Callable, Dict, Iterator, List, Optional, Tuple
 
 import msgpack
 
@@ -217,6 +217,18 @@ class Tables:
     good_sample_records: int = 0
     error: Optional[TraceError] = None  # a Truncated/Corrupt met after the good records
 
+    def symbol_of(self, rec: dict) -> Tuple[Dict[int, List[Symbol]], int, Symbol]:
+        """For an `iseq`, `method` or older `cfunc` record: the table it belongs in, its address
+        there, and its Symbol. Every reader of symbol records builds them here."""
+        if rec["t"] == "iseq":
+            return self.iseqs, rec["addr"], Symbol(rec.get("at_ns", 0), rec.get("label") or "",
+                                                   rec.get("path") or "", rec.get("first_line") or 0,
+                                                   rec.get("source", ""), rec)
+        if rec["t"] == "cfunc":       # the older record: a C method's name only
+            rec = dict(rec, type=METHOD_CFUNC, class_path=None, singleton=False)
+        return self.cfuncs, rec["me"], Symbol(rec.get("at_ns", 0), rec.get("name") or "", "", 0,
+                                              rec.get("source", ""), rec)
+
     def symbol_at(self, table: Dict[int, List[Symbol]], addr: int, t: int) -> Optional[Symbol]:
         """The symbol for `addr` holding at time `t`: the latest one created at or before `t`
         (or the first one, for a sample taken before the sidecar recorded its symbol)."""
@@ -240,6 +252,7 @@ def _check_ids(reader: TraceReader, rec: dict, expected: int, what: str) -> None
                       f"expected {expected})")
 
 
+SYMBOL_RECORDS = ("iseq", "method", "cfunc")
 _FRAME_COLUMNS = ("kind", "iseq", "pc", "me")
 _SAMPLE_COLUMNS = ("dt_ns", "thread", "stack", "state")
 
@@ -297,15 +310,9 @@ def load_tables(path: str) -> Tables:
                     th = tables.threads.get(rec.get("serial"))
                     if th is not None:
                         th["end_ns"] = rec.get("at_ns")
-                elif t == "iseq":
-                    sym = Symbol(rec.get("at_ns", 0), rec.get("label") or "", rec.get("path") or "",
-                                 rec.get("first_line") or 0, rec.get("source", ""), rec)
-                    _insert_symbol(tables.iseqs, rec["addr"], sym)
-                elif t == "cfunc" or t == "method":
-                    if t == "cfunc":       # the older record: a C method's name only
-                        rec = dict(rec, type=METHOD_CFUNC, class_path=None, singleton=False)
-                    sym = Symbol(rec.get("at_ns", 0), rec.get("name") or "", "", 0, rec.get("source", ""), rec)
-                    _insert_symbol(tables.cfuncs, rec["me"], sym)
+                elif t in SYMBOL_RECORDS:
+                    table, addr, sym = tables.symbol_of(rec)
+                    _insert_symbol(table, addr, sym)
                 elif t == "end":
                     tables.end = rec
         except (Truncated, Corrupt) as e:
