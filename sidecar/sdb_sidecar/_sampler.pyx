@@ -216,6 +216,9 @@ cdef enum:
     BODY_SPAN = 32          # bytes read from an ISeq body: type, size, encoded
 
 cdef uint64_t NO_EP = 0xffffffffffffffffULL
+# Every address taken from the target is below this (x86-64 user space, 5-level paging included)
+# before any arithmetic on it: far from 2**64, so `a + span` never wraps.
+cdef uint64_t ADDR_MAX = 0x0100000000000000ULL
 
 # Outcome of one attempt at reading a thread.
 cdef enum:
@@ -382,12 +385,31 @@ class RegistryError(Exception):
     """The registry file cannot be used (message says why)."""
 
 
+cdef object layout_problem(const sdb_layout *L):
+    """None when every offset the nogil loop uses fits the buffer it indexes, else what does not.
+    The layout lives in the target's shared memory like everything else: it is checked once here
+    and the sampler keeps its own copy."""
+    if L.cfp_size < 24 or L.cfp_size > 256 or L.cfp_size % 8:
+        return f"control frame size {L.cfp_size}"
+    if L.cfp_pc + 8 > L.cfp_size or L.cfp_iseq + 8 > L.cfp_size or L.cfp_ep + 8 > L.cfp_size:
+        return "a control frame field lies outside the frame"
+    if L.ec_vm_stack + 8 > EC_SPAN or L.ec_vm_stack_size + 8 > EC_SPAN or L.ec_cfp + 8 > EC_SPAN:
+        return "an execution context field lies outside the span read"
+    if L.iseq_body + 8 > ISEQ_SPAN or L.body_iseq_size + 4 > BODY_SPAN or L.body_iseq_encoded + 8 > BODY_SPAN:
+        return "an ISeq field lies outside the span read"
+    return None
+
+
 cdef class Registry:
     """The gem's registry, mapped read-only."""
     cdef const uint8_t *base
     cdef size_t size
     cdef const sdb_header *hdr
     cdef readonly str path
+    # the header's geometry, read once: the file is shared with the target, which could change
+    # these words at any time; only the copies checked by check() are ever used
+    cdef uint32_t slot_count, slot_size, slots_offset
+    cdef int checked
 
     def __cinit__(self, str path):
         cdef struct_stat st
@@ -408,6 +430,10 @@ cdef class Registry:
         self.base = <const uint8_t *>p
         self.size = st.st_size
         self.hdr = <const sdb_header *>p
+        self.slot_count = self.hdr.slot_count
+        self.slot_size = self.hdr.slot_size
+        self.slots_offset = self.hdr.slots_offset
+        self.checked = 0
 
     def __dealloc__(self):
         if self.base != NULL:
@@ -422,13 +448,19 @@ cdef class Registry:
         return self.hdr.version
 
     def check(self):
-        """Raise RegistryError unless the sizes in the header are the ones this reader knows."""
-        if self.hdr.header_size != sizeof(sdb_header) or self.hdr.slot_size != sizeof(sdb_slot):
+        """Raise RegistryError unless the sizes in the header are the ones this reader knows and the
+        layout's offsets fit the spans the sampler reads."""
+        if self.hdr.header_size != sizeof(sdb_header) or self.slot_size != sizeof(sdb_slot):
             raise RegistryError(f"{self.path}: header or slot size differs from this sidecar's "
-                                f"({self.hdr.header_size}/{self.hdr.slot_size}, expected "
+                                f"({self.hdr.header_size}/{self.slot_size}, expected "
                                 f"{sizeof(sdb_header)}/{sizeof(sdb_slot)})")
-        if <size_t>self.hdr.slots_offset + <size_t>self.hdr.slot_count * self.hdr.slot_size > self.size:
+        if (self.slots_offset < sizeof(sdb_header)
+                or <size_t>self.slots_offset + <size_t>self.slot_count * self.slot_size > self.size):
             raise RegistryError(f"{self.path}: file is shorter than its header says")
+        why = layout_problem(&self.hdr.layout)
+        if why is not None:
+            raise RegistryError(f"{self.path}: the layout is not one this sidecar can read ({why})")
+        self.checked = 1
 
     @property
     def layout(self):
@@ -455,8 +487,10 @@ cdef class Registry:
         cdef uint64_t g1
         cdef uint32_t i
         cdef int tries
-        for i in range(self.hdr.slot_count):
-            s = <const sdb_slot *>(self.base + self.hdr.slots_offset + <size_t>i * self.hdr.slot_size)
+        if not self.checked:
+            self.check()
+        for i in range(self.slot_count):
+            s = <const sdb_slot *>(self.base + self.slots_offset + <size_t>i * self.slot_size)
             for tries in range(100):
                 g1 = sdb_load_acquire_u64(&s.gen)
                 if g1 & 1:
@@ -537,18 +571,21 @@ cdef class Sampler:
 
     def __cinit__(self, Registry reg, int pid, double rate_hz=1000.0, int max_depth=2048):
         cdef uint32_t i
+        reg.check()                     # raises RegistryError: sizes and layout are checked once
         self.reg = reg
         self.pid = pid
         self.L = reg.hdr.layout
+        if layout_problem(&self.L) is not None:
+            raise RegistryError(f"{reg.path}: the layout changed while it was read")
         self.max_depth = max_depth
         self.period_ns = <uint64_t>(1e9 / rate_hz)
         self.jitter_ns = self.period_ns // 20      # +-5% of a period
         self.rng = sdb_mix64(<uint64_t>pid ^ sdb_now_ns()) | 1
         pthread_mutex_init(&self.mu, NULL)
-        self.nslots = reg.hdr.slot_count
+        self.nslots = reg.slot_count
         self.th_lo = 0
         self.th_len = 0
-        if self.L.thread_status != 0xffff and self.L.thread_status_mask != 0xffff:
+        if self.L.thread_status != 0xffff and self.L.thread_status_mask != 0xffff and self.L.thread_status_shift < 8:
             self.th_lo = min(self.L.thread_ec, self.L.thread_status)
             self.th_len = max(self.L.thread_ec + 8, self.L.thread_status + 1) - self.th_lo
             if self.th_len > 128:
@@ -753,13 +790,15 @@ cdef class Sampler:
     cdef int64_t intern_frame(self, const FrameEnt *f) noexcept nogil:
         cdef uint64_t mask, i, j, h, oldcap
         cdef uint32_t id
+        cdef uint32_t *idx
         cdef const FrameEnt *g
         if (self.frame_count + 1) * 2 > self.frame_index_cap:
             oldcap = self.frame_index_cap
+            idx = <uint32_t *>calloc(oldcap * 2, sizeof(uint32_t))
+            if idx == NULL:
+                return -1                   # the old index stays whole
             free(self.frame_index)
-            self.frame_index = <uint32_t *>calloc(oldcap * 2, sizeof(uint32_t))
-            if self.frame_index == NULL:
-                return -1
+            self.frame_index = idx
             self.frame_index_cap = oldcap * 2
             mask = self.frame_index_cap - 1
             for j in range(self.frame_count):
@@ -787,14 +826,16 @@ cdef class Sampler:
         cdef uint64_t mask, i, j, oldcap
         cdef uint32_t k, sid
         cdef StackEnt *s
+        cdef uint32_t *idx
         for k in range(n):
             h = sdb_mix64(h ^ ids[k])
         if (self.stack_count + 1) * 2 > self.stack_index_cap:
             oldcap = self.stack_index_cap
+            idx = <uint32_t *>calloc(oldcap * 2, sizeof(uint32_t))
+            if idx == NULL:
+                return -1                   # the old index stays whole
             free(self.stack_index)
-            self.stack_index = <uint32_t *>calloc(oldcap * 2, sizeof(uint32_t))
-            if self.stack_index == NULL:
-                return -1
+            self.stack_index = idx
             self.stack_index_cap = oldcap * 2
             mask = self.stack_index_cap - 1
             for j in range(self.stack_count):
@@ -972,6 +1013,9 @@ cdef class Sampler:
             if vm_stack == 0 or job.cfp == 0:
                 job.result = R_GONE         # a thread being set up or torn down: no stack
                 continue
+            if vm_stack >= ADDR_MAX or vm_size >= ADDR_MAX // 8 or (job.cfp & 7):
+                job.result = R_TORN         # garbage: no arithmetic on it
+                continue
             if job.cfp < vm_stack or job.cfp >= end or (end - job.cfp) % self.L.cfp_size != 0:
                 job.result = R_TORN
                 continue
@@ -1015,6 +1059,9 @@ cdef class Sampler:
                 r.me_known = 0
                 if r.ep < 16:
                     continue
+                if r.ep >= ADDR_MAX or (r.ep & 7):
+                    job.result = R_TORN     # no Ruby env is there: a torn frame (the span arithmetic
+                    break                   # below must never see such a value)
                 if r.iseq != 0 and r.pc != 0 and memo != NULL and job.nf - 1 - f < c.nmemo \
                         and memo[job.nf - 1 - f].ep == r.ep and memo[job.nf - 1 - f].iseq == r.iseq:
                     # the same ISeq on the same env at this depth as in the last read: the same
@@ -1049,6 +1096,9 @@ cdef class Sampler:
                     cl.hi = hi
                 r.ep_off = nclusters - 1          # the cluster, for now
             job.cluster1 = nclusters
+            if job.result != R_OK:
+                nclusters = job.cluster0    # its spans are not read
+                job.cluster1 = nclusters
         for j in range(nclusters):
             self.clusters[j].arena_off = ep_total
             ep_total += self.clusters[j].hi - self.clusters[j].lo
@@ -1153,12 +1203,12 @@ cdef class Sampler:
             if me != 0:
                 return me
             p = d[1] & ~(<uint64_t>3)
-            if p < 16:
-                return 0
+            if p < 16 or p >= ADDR_MAX or (p & 7):
+                return 0                    # no env there (torn, or garbage: never used as an offset)
             d = NULL
             for k in range(job.cluster0, job.cluster1):
                 cl = &self.clusters[k]
-                if p - 16 >= cl.lo and p + 8 <= cl.hi:
+                if p >= cl.lo + 16 and p + 8 <= cl.hi:
                     d = <const uint64_t *>(self.eparena + cl.arena_off + (p - 16 - cl.lo))
                     break
             if d == NULL:
@@ -1200,8 +1250,8 @@ cdef class Sampler:
 
     cdef int finish_job(self, Job *job, uint64_t now) noexcept nogil:
         """Phase 4 for one job: checks, interning, the sample. Returns an R_* outcome."""
-        cdef const sdb_slot *s = <const sdb_slot *>(self.reg.base + self.reg.hdr.slots_offset
-                                                    + <size_t>job.slot * self.reg.hdr.slot_size)
+        cdef const sdb_slot *s = <const sdb_slot *>(self.reg.base + self.reg.slots_offset
+                                                    + <size_t>job.slot * self.reg.slot_size)
         cdef SlotCache *c = &self.cache[job.slot]
         cdef uint64_t shallow, magic, ep0
         cdef uint32_t j, k, nunstable, n_out, cs
@@ -1210,6 +1260,8 @@ cdef class Sampler:
         cdef FrameEnt *f
         cdef const uint64_t *epd
         cdef int same
+        cdef FrameEnt *pf
+        cdef uint32_t *pi
         if sdb_load_acquire_u64(&s.gen) != job.gen:
             return R_GONE                  # the thread left, or its slot changed, during the read
         shallow = job.cfp2 if job.cfp2 > job.cfp else job.cfp
@@ -1301,10 +1353,15 @@ cdef class Sampler:
                 return R_FATAL
             if c.cap < n_out + 1:
                 cs = n_out + 16
-                c.prev = <FrameEnt *>realloc(c.prev, cs * sizeof(FrameEnt))
-                c.prev_ids = <uint32_t *>realloc(c.prev_ids, cs * sizeof(uint32_t))
-                if c.prev == NULL or c.prev_ids == NULL:
+                c.has_prev = 0              # until both arrays hold cs entries
+                pf = <FrameEnt *>realloc(c.prev, cs * sizeof(FrameEnt))
+                if pf == NULL:
                     return R_FATAL
+                c.prev = pf
+                pi = <uint32_t *>realloc(c.prev_ids, cs * sizeof(uint32_t))
+                if pi == NULL:
+                    return R_FATAL
+                c.prev_ids = pi
                 c.cap = cs
             for j in range(n_out):
                 c.prev[n_out - 1 - j] = self.cur[j]
@@ -1458,8 +1515,8 @@ cdef class Sampler:
 
     cdef int take_slot(self, uint32_t idx, uint64_t now, Job *job) noexcept nogil:
         """Copies slot idx under its seqlock into job; thread events on changes. 0: nothing to sample."""
-        cdef const sdb_slot *s = <const sdb_slot *>(self.reg.base + self.reg.hdr.slots_offset
-                                                    + <size_t>idx * self.reg.hdr.slot_size)
+        cdef const sdb_slot *s = <const sdb_slot *>(self.reg.base + self.reg.slots_offset
+                                                    + <size_t>idx * self.reg.slot_size)
         cdef SlotCache *c = &self.cache[idx]
         cdef sdb_slot copy
         cdef uint64_t g1
@@ -1515,7 +1572,7 @@ cdef class Sampler:
         # slots ever used: the gem hands out low indices first
         hwm = self.hwm
         while hwm < self.nslots:
-            s = <const sdb_slot *>(self.reg.base + self.reg.hdr.slots_offset + <size_t>hwm * self.reg.hdr.slot_size)
+            s = <const sdb_slot *>(self.reg.base + self.reg.slots_offset + <size_t>hwm * self.reg.slot_size)
             if sdb_load_acquire_u64(&s.gen) == 0:
                 break
             hwm += 1
