@@ -11,12 +11,20 @@ with `source: "ebpf"` and the event's own time.
 Anything missing (not root, no bcc, no kernel headers, no uprobes, no probe point in the target)
 raises `EbpfUnavailable` with the reason: the caller prints one notice and the remote-read path
 names everything.
+
+The cost is bounded (`Governor`): a probe costs the app ~2 us per ISeq, so when the creation probes
+fire faster than `max_rate` events per second (bursts of a tenth of a second's worth allowed) they
+are detached (a pause: ISeqs born then are named by remote reads at first sight) and attached again
+after a backoff. A pause makes every name eBPF gave earlier uncertain (the address may have been
+freed and reused by an ISeq no probe saw): those addresses are marked 0 in the left-right map, and
+`attached_throughout` tells the Drainer which names still hold.
 """
 from __future__ import annotations
 
 import ctypes
 import os
 import threading
+import time
 from collections import deque
 from pathlib import Path
 from typing import Deque, Dict, List, Optional, Tuple
@@ -30,10 +38,57 @@ F_TRUNCATED, F_UNREADABLE, F_NO_REALPATH, F_BASE_IS_LABEL, F_REALPATH_IS_PATH = 
 NSTR = 4
 POLL_S = 0.02              # the ring buffer is drained this often (the probes never wake the reader)
 RINGBUF_PAGES = 2048        # 8 MiB: ~25,000 records, a second of the busiest boot measured
+DEFAULT_MAX_RATE = 5000     # ISeq events per second: ~2.3 us each is ~1 % of one core
+BURST_S = 0.1               # a burst of this many seconds' worth of events passes without a pause
+BACKOFF_MIN_S = 0.5         # the first pause lasts this long; it doubles while bursts go on ...
+BACKOFF_MAX_S = 4.0         # ... up to this
+QUIET_S = 5.0               # a pause this long after the last resume starts again from BACKOFF_MIN_S
 
 
 class EbpfUnavailable(Exception):
     """eBPF cannot be used for this target; the message says why."""
+
+
+class Governor:
+    """When to pause the creation probes and when to attach them again: a token bucket of
+    `max_rate` events per second holding at most BURST_S seconds' worth; when a poll finds it
+    overdrawn, pause for a backoff (BACKOFF_MIN_S, doubled for each pause that comes less than
+    QUIET_S after the previous resume, at most BACKOFF_MAX_S). Times in seconds; max_rate 0: never."""
+
+    def __init__(self, max_rate: float, now: float):
+        self.max_rate = float(max_rate)
+        self.capacity = self.max_rate * BURST_S
+        self.tokens = self.capacity
+        self.last = now
+        self.backoff = BACKOFF_MIN_S
+        self.paused_until: Optional[float] = None
+        self.resumed_at: Optional[float] = None
+        self.rate = 0.0                 # events per second over the last poll
+
+    def attached(self, now: float, events: int) -> bool:
+        """`events` came in since the last call, probes attached. True: pause now."""
+        dt = max(now - self.last, 1e-6)
+        self.rate = events / dt
+        self.last = now
+        if self.max_rate <= 0:
+            return False
+        self.tokens = min(self.capacity, self.tokens + dt * self.max_rate) - events
+        if self.tokens >= 0:
+            return False
+        if self.resumed_at is not None and now - self.resumed_at < QUIET_S:
+            self.backoff = min(self.backoff * 2, BACKOFF_MAX_S)
+        else:
+            self.backoff = BACKOFF_MIN_S
+        self.paused_until = now + self.backoff
+        return True
+
+    def resume_due(self, now: float) -> bool:
+        return self.paused_until is not None and now >= self.paused_until
+
+    def resumed(self, now: float) -> None:
+        self.paused_until = None
+        self.resumed_at = self.last = now
+        self.tokens = self.capacity
 
 
 class EventHdr(ctypes.Structure):
@@ -89,11 +144,16 @@ def check_available() -> None:
 class EbpfSymbolizer:
     """Compiles, attaches, and reads ISeq events of one target until close()."""
 
-    def __init__(self, pid: int, layout: dict, named):
+    def __init__(self, pid: int, layout: dict, named, max_rate: float = DEFAULT_MAX_RATE):
         self.pid = pid
         self.layout = layout
         self.named = named                       # the LeftRightMap the sampler reads
+        self.max_rate = max_rate                 # creation events per second before a pause (0: never)
         self.records: Deque[dict] = deque()      # for the Drainer, in event order
+        self.pauses: List[list] = []             # [start_ns, end_ns or None]: creation probes detached
+        self._pause_lock = threading.Lock()
+        self._paused = False
+        self._new_events = 0                     # creation events since the governor's last look
         self.lost = 0                            # records the probes dropped (ring buffer full)
         self.counts: Dict[str, int] = {}         # events per probe symbol
         self._known: Dict[int, tuple] = {}       # addr -> the name last sent for it
@@ -122,9 +182,7 @@ class EbpfSymbolizer:
             raise EbpfUnavailable(f"the eBPF program did not load: {str(e).splitlines()[0] if str(e) else e}") \
                 from None
         try:
-            for i, p in enumerate(creators):
-                attach = self._bpf.attach_uprobe if p.entry else self._bpf.attach_uretprobe
-                attach(name=self.obj.open_path, addr=p.vaddr, fn_name=f"iseq_created_{i}", pid=self.pid)
+            self._attach_creators()
             if self.obj.mover is not None:
                 self._bpf.attach_uprobe(name=self.obj.open_path, addr=self.obj.mover.vaddr, fn_name="iseq_moved",
                                         pid=self.pid)
@@ -134,8 +192,83 @@ class EbpfSymbolizer:
             raise EbpfUnavailable(f"cannot attach uprobes to {self.obj.path}: {e}") from None
         self._batch_keys: List[int] = []
         self._batch_vals: List[int] = []
+        self._governor = Governor(self.max_rate, time.monotonic())
         self._thread = threading.Thread(target=self._run, name="sdb-ebpf", daemon=True)
         self._thread.start()
+
+    def _attach_creators(self) -> None:
+        for i, p in enumerate(self.obj.creators):
+            attach = self._bpf.attach_uprobe if p.entry else self._bpf.attach_uretprobe
+            attach(name=self.obj.open_path, addr=p.vaddr, fn_name=f"iseq_created_{i}", pid=self.pid)
+
+    def _detach_creators(self) -> None:
+        """Detach the creation probes, all at once: closing a uprobe waits ~0.1 s in the kernel
+        (measured on 6.18) after its breakpoint is gone, so each is closed in a thread of its own."""
+        def detach(p):
+            try:
+                (self._bpf.detach_uprobe if p.entry else self._bpf.detach_uretprobe)(
+                    name=self.obj.open_path, addr=p.vaddr, pid=self.pid)
+            except Exception:
+                pass        # not attached (a resume that failed half-way), or the target is gone
+        threads = [threading.Thread(target=detach, args=(p,), name="sdb-ebpf-detach") for p in self.obj.creators]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    # ------------------------------------------------------------ the governor
+    def _pause(self) -> None:
+        """Detach the creation probes (gc_move stays: it costs nothing without compaction). ISeqs
+        born from now on are named by remote reads; what eBPF named before may be gone and its
+        address reused unseen, so every such address is marked 0 for the sampler (read remotely at
+        first sight) and forgotten for moves."""
+        g = self._governor
+        with self._pause_lock:
+            self._paused = True
+            start_ns = time.monotonic_ns()
+            self.pauses.append([start_ns, None])
+        self.records.append({"kind": "pause", "at_ns": start_ns, "rate": round(g.rate),
+                             "backoff_s": g.backoff})
+        self._detach_creators()
+        self._bpf.ring_buffer_consume()          # the events born before the probes were gone
+        for addr in self._known:
+            self._batch_keys.append(addr)
+            self._batch_vals.append(0)
+        self._known.clear()
+        self._publish()
+        self._new_events = 0
+
+    def _resume(self) -> None:
+        try:
+            self._attach_creators()
+        except Exception:
+            # the target is exiting, or the kernel refused: stay paused, try again later
+            self._detach_creators()
+            self._governor.paused_until = time.monotonic() + BACKOFF_MAX_S
+            return
+        with self._pause_lock:
+            end_ns = time.monotonic_ns()
+            self.pauses[-1][1] = end_ns
+            self._paused = False
+        self.records.append({"kind": "resume", "at_ns": end_ns})
+        self._governor.resumed(time.monotonic())
+        self._new_events = 0
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def attached_throughout(self, a_ns: int, b_ns: int) -> bool:
+        """True if the creation probes were attached all the time from a_ns to b_ns: then no ISeq
+        was born unseen in between, and a name eBPF or a remote read gave at a_ns still holds at
+        b_ns unless a later record says otherwise."""
+        with self._pause_lock:
+            for start, end in reversed(self.pauses):
+                if end is not None and end <= a_ns:
+                    return True
+                if start <= b_ns:
+                    return False
+        return True
 
     # ------------------------------------------------------------ events
     def _on_record(self, ctx, data, size):
@@ -150,6 +283,7 @@ class EbpfSymbolizer:
             return
         sym = self.obj.creators[h.probe].symbol if h.probe < len(self.obj.creators) else "?"
         self.counts[sym] = self.counts.get(sym, 0) + 1
+        self._new_events += 1
         if h.flags & (F_TRUNCATED | F_UNREADABLE):
             # the Drainer reads this one remotely (a string longer than the probe copies, or a page
             # the probe could not read)
@@ -171,9 +305,12 @@ class EbpfSymbolizer:
         info = (label, base_label, path, realpath, h.first_line, h.type)
         if self._known.get(h.addr) == info:
             return              # the binary loader hands out ISeqs it already loaded
-        self._known[h.addr] = info
-        self._batch_keys.append(h.addr)
-        self._batch_vals.append(h.time_ns)
+        if not self._paused:
+            self._known[h.addr] = info
+            self._batch_keys.append(h.addr)
+            self._batch_vals.append(h.time_ns)
+        # else: born just before the probes went: the record names it from birth, but the sampler
+        # reads it remotely (the map is cleared of everything named before the pause)
         self.records.append({"kind": "new", "addr": h.addr, "at_ns": h.time_ns, "probe": sym,
                              "label": label, "base_label": base_label, "path": path, "realpath": realpath,
                              "first_line": h.first_line, "type": h.type})
@@ -195,14 +332,22 @@ class EbpfSymbolizer:
         self.records.append({"kind": "move", "addr": new, "from": old, "at_ns": t_ns})
 
     def _run(self) -> None:
+        g = self._governor
         while not self._stop.is_set():
             try:
                 self._bpf.ring_buffer_consume()
+                self._publish()
+                now = time.monotonic()
+                if self._paused:
+                    if g.resume_due(now):
+                        self._resume()
+                elif g.attached(now, self._new_events):
+                    self._pause()
+                self._new_events = 0
             except Exception:
                 if self._stop.is_set():
                     return
                 raise
-            self._publish()
             self._stop.wait(POLL_S)
 
     def _publish(self) -> None:
@@ -236,6 +381,11 @@ class EbpfSymbolizer:
     def summary(self) -> dict:
         """For the trace's end record: where the probes were, what each one saw, what was lost."""
         o = self.obj
+        end_ns = time.monotonic_ns()
+        with self._pause_lock:
+            paused_ns = sum((end if end is not None else end_ns) - start for start, end in self.pauses)
+            pauses = len(self.pauses)
         return {"object": o.path, "probes": [p.symbol for p in o.creators],
                 "mover": o.mover.symbol if o.mover else None, "not_probeable": list(o.missing),
-                "events": dict(self.counts), "lost": self.lost}
+                "events": dict(self.counts), "lost": self.lost, "max_rate": self.max_rate,
+                "pauses": pauses, "paused_s": round(paused_ns / 1e9, 3)}

@@ -13,7 +13,7 @@ from typing import IO, Optional
 from sdb_trace import TraceWriter
 
 from . import __version__, _leftright, _sampler
-from .ebpf import EbpfSymbolizer, EbpfUnavailable
+from .ebpf import DEFAULT_MAX_RATE, EbpfSymbolizer, EbpfUnavailable
 from .errors import Exit, SdbError
 from .symbols import RemoteReadError, RemoteRuby
 from .target import Target, permission_error
@@ -39,12 +39,18 @@ class Drainer:
         self.remote = RemoteRuby(sampler, target.registry.layout)
         self.symbol_errors = 0
         self.ebpf = ebpf
-        self.names: dict = {}       # addr -> the name last written for it (a GC move carries it over)
+        self.names: dict = {}       # addr -> (the name last written for it, its at_ns): a GC move carries it
 
     def write_iseq(self, addr: int, at_ns: int, source: str, info: dict, **extra) -> None:
         self.remote.forget(addr)    # a new ISeq here: cached facts about the address are stale
-        self.names[addr] = info
+        self.names[addr] = (info, at_ns)
         self.writer.iseq(addr, at_ns=at_ns, source=source, **info, **extra)
+
+    def name_holds(self, addr: int, at_ns: int) -> bool:
+        """The name last written for addr still holds at at_ns: written while the eBPF creation
+        probes were attached, and they stayed attached until at_ns (no ISeq was born there unseen)."""
+        prev = self.names.get(addr)
+        return prev is not None and self.ebpf is not None and self.ebpf.attached_throughout(prev[1], at_ns)
 
     def remote_iseq(self, addr: int, at_ns: int, encoded: int = 0) -> None:
         """Name an ISeq by reading it now. `encoded`: its instructions' address when it was sampled;
@@ -58,8 +64,9 @@ class Drainer:
             info = self.remote.iseq_info(addr)
         except RemoteReadError:
             self.symbol_errors += 1
-            if self.ebpf is None:
-                # what held here before must not name this sample
+            if self.ebpf is None or (addr in self.names and not self.name_holds(addr, at_ns)):
+                # what held here before must not name this sample (with eBPF attached throughout,
+                # the name held here is this ISeq's, or its own record is on the way)
                 self.write_iseq(addr, at_ns, "remote", UNKNOWN_ISEQ)
             return
         self.write_iseq(addr, at_ns, "remote", info)
@@ -67,14 +74,23 @@ class Drainer:
     def drain_ebpf(self) -> None:
         """ISeqs named at birth by eBPF (source "ebpf", the event's time); moves keep a name."""
         for ev in self.ebpf.take():
-            kind, addr = ev["kind"], ev["addr"]
+            kind, addr = ev["kind"], ev.get("addr")
             if kind == "new":
                 info = {k: ev[k] for k in ("label", "base_label", "path", "realpath", "first_line", "type")}
                 self.write_iseq(addr, ev["at_ns"], "ebpf", info)
             elif kind == "remote":      # a string longer than the probe copies: read it here
                 self.remote_iseq(addr, ev["at_ns"])
-            elif kind == "move" and ev["from"] in self.names:
-                self.write_iseq(addr, ev["at_ns"], "move", self.names[ev["from"]], moved_from=ev["from"])
+            elif kind == "move":
+                if self.name_holds(ev["from"], ev["at_ns"]):
+                    self.write_iseq(addr, ev["at_ns"], "move", self.names[ev["from"]][0], moved_from=ev["from"])
+                elif addr in self.names:
+                    # an ISeq whose name is unknown here (or uncertain: a pause came between) took
+                    # the place of a named one: read remotely when sampled
+                    self.write_iseq(addr, ev["at_ns"], "move", UNKNOWN_ISEQ, moved_from=ev["from"])
+            elif kind == "pause":
+                self.writer.ebpf_pause(ev["at_ns"], rate=ev["rate"], backoff_s=ev["backoff_s"])
+            elif kind == "resume":
+                self.writer.ebpf_resume(ev["at_ns"])
 
     def drain(self) -> dict:
         if self.ebpf is not None:
@@ -117,10 +133,11 @@ def open_output(path: str) -> IO[bytes]:
         raise SdbError(f"cannot write {path}: {e.strerror}", Exit.OUTPUT) from None
 
 
-def start_ebpf(target: Target, sampler: "_sampler.Sampler") -> Optional[EbpfSymbolizer]:
+def start_ebpf(target: Target, sampler: "_sampler.Sampler", max_rate: float = DEFAULT_MAX_RATE) \
+        -> Optional[EbpfSymbolizer]:
     """The eBPF symbolizer for this target, or None after one notice saying why not."""
     named = _leftright.LeftRightMap(4096)
-    sym = EbpfSymbolizer(target.pid, target.registry.layout, named)
+    sym = EbpfSymbolizer(target.pid, target.registry.layout, named, max_rate)
     try:
         sym.start()
     except EbpfUnavailable as e:
@@ -131,10 +148,12 @@ def start_ebpf(target: Target, sampler: "_sampler.Sampler") -> Optional[EbpfSymb
 
 
 def record(target: Target, out_path: str, rate_hz: float, duration_s: float, quiet: bool,
-           max_depth: int = 2048, status_stream=None, on_signal=None, ebpf: bool = True) -> dict:
+           max_depth: int = 2048, status_stream=None, on_signal=None, ebpf: bool = True,
+           ebpf_max_rate: float = DEFAULT_MAX_RATE) -> dict:
     """Record until duration_s (0: no limit), Ctrl-C/SIGTERM or the target's exit.
     on_signal(signum), if given, is also called for each SIGINT/SIGTERM (`record` forwards them).
-    ebpf: name new ISeqs at birth with the eBPF symbolizer when the machine allows it.
+    ebpf: name new ISeqs at birth with the eBPF symbolizer when the machine allows it, pausing its
+    creation probes while they fire more than ebpf_max_rate times a second (0: never pause).
     Returns the closing counts."""
     status_stream = status_stream or sys.stderr
     out = open_output(out_path)
@@ -146,7 +165,7 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
         os.unlink(out_path)
         raise permission_error(target.pid, e) from None
     # eBPF first (its compile takes a second): the header's start is when sampling starts
-    symbolizer = start_ebpf(target, sampler) if ebpf else None
+    symbolizer = start_ebpf(target, sampler, ebpf_max_rate) if ebpf else None
     writer = TraceWriter(out, {
         "pid": target.pid, "ruby": target.info["ruby"], "ruby_description": target.info["ruby_description"],
         "layout": target.info["layout"], "rate_hz": rate_hz, "start_mono_ns": _sampler.monotonic_ns(),
@@ -166,7 +185,7 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
             on_signal(signum)
 
     old = {s: signal.signal(s, on_stop_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    status = StatusLine(status_stream, quiet, rate_hz)
+    status = StatusLine(status_stream, quiet, rate_hz, symbolizer)
     started = time.monotonic()
     stalled = False
     thread.start()
@@ -239,8 +258,9 @@ def _alive(pid: int) -> bool:
 class StatusLine:
     """One line on stderr, redrawn at most twice a second: threads, samples, rate, torn %, late %."""
 
-    def __init__(self, stream, quiet: bool, rate_hz: float):
+    def __init__(self, stream, quiet: bool, rate_hz: float, ebpf: Optional[EbpfSymbolizer] = None):
         self.stream = stream
+        self.ebpf = ebpf
         self.quiet = quiet
         self.rate_hz = rate_hz
         self.last = 0.0
@@ -253,8 +273,13 @@ class StatusLine:
         torn = 100.0 * st["torn"] / reads if reads else 0.0
         due = st["ticks"] + st["missed"]
         late = 100.0 * (st["late"] + st["missed"]) / due if due else 0.0
-        return (f"sdb: {st['threads']} threads, {st['samples']} samples, {rate:.0f} Hz "
+        text = (f"sdb: {st['threads']} threads, {st['samples']} samples, {rate:.0f} Hz "
                 f"(asked {self.rate_hz:.0f}), torn {torn:.2f}%, late {late:.2f}%")
+        pauses = len(self.ebpf.pauses) if self.ebpf is not None else 0
+        if pauses:
+            text += (f", eBPF paused {pauses}x (ISeqs created > {self.ebpf.max_rate:g}/s"
+                     f"{', now' if self.ebpf.paused else ''})")
+        return text
 
     def update(self, st: dict) -> None:
         now = time.monotonic()

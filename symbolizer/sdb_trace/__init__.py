@@ -102,6 +102,12 @@ class TraceWriter:
         self._write({"t": "method", "me": me, "name": name, "type": type, "class_path": class_path,
                      "singleton": bool(singleton), "at_ns": at_ns, "source": source})
 
+    def ebpf_pause(self, at_ns: int, rate: int, backoff_s: float) -> None:
+        self._write({"t": "ebpf_pause", "at_ns": at_ns, "rate": rate, "backoff_s": backoff_s})
+
+    def ebpf_resume(self, at_ns: int) -> None:
+        self._write({"t": "ebpf_resume", "at_ns": at_ns})
+
     def end(self, **counts) -> None:
         rec = {"t": "end"}
         rec.update(counts)
@@ -213,6 +219,7 @@ class Tables:
     iseqs: Dict[int, List[Symbol]] = field(default_factory=dict)  # addr -> symbols by time
     cfuncs: Dict[int, List[Symbol]] = field(default_factory=dict)  # method entry -> `method` symbols
     end: Optional[dict] = None
+    ebpf_pauses: List[List[Optional[int]]] = field(default_factory=list)  # [start_ns, end_ns or None]
     sample_count: int = 0
     good_sample_records: int = 0
     error: Optional[TraceError] = None  # a Truncated/Corrupt met after the good records
@@ -313,6 +320,11 @@ def load_tables(path: str) -> Tables:
                 elif t in SYMBOL_RECORDS:
                     table, addr, sym = tables.symbol_of(rec)
                     _insert_symbol(table, addr, sym)
+                elif t == "ebpf_pause":
+                    tables.ebpf_pauses.append([rec["at_ns"], None])
+                elif t == "ebpf_resume":
+                    if tables.ebpf_pauses and tables.ebpf_pauses[-1][1] is None:
+                        tables.ebpf_pauses[-1][1] = rec["at_ns"]
                 elif t == "end":
                     tables.end = rec
         except (Truncated, Corrupt) as e:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from typing import Dict, List
 
+from ..ebpf import DEFAULT_MAX_RATE
 from ..errors import Exit, SdbError
 from ..recorder import record
 from ..target import open_target
@@ -30,7 +31,7 @@ class AttachCommand:
     def run(args) -> int:
         target = open_target(args.pid)
         counts = record(target, args.output, args.rate, args.duration, args.quiet, args.max_depth,
-                        ebpf=not args.no_ebpf)
+                        ebpf=not args.no_ebpf, ebpf_max_rate=args.ebpf_max_rate)
         return finish_recording(args, counts)
 
 
@@ -44,6 +45,10 @@ def add_recording_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-ebpf", action="store_true",
                    help="do not name ISeqs at birth with eBPF (default: use it when root, bcc, kernel headers "
                         "and uprobes are there); every ISeq is then named by a remote read at first sight")
+    p.add_argument("--ebpf-max-rate", type=non_negative_float, default=DEFAULT_MAX_RATE, metavar="N",
+                   help=f"ISeqs created per second above which the eBPF probes are paused (each costs the app "
+                        f"~2 us; ISeqs born while paused are named by remote reads); 0: never pause "
+                        f"(default {DEFAULT_MAX_RATE})")
     formats = symbolizer_formats()
     p.add_argument("--format", "-f", choices=sorted(formats) or None, metavar="FORMAT",
                    help="at the end, run sdb-symbolize with this format and write the profile next to the "
@@ -57,6 +62,16 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if v <= 0:
         raise argparse.ArgumentTypeError(f"must be more than 0: {text!r}")
+    return v
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
     return v
 
 

@@ -96,7 +96,8 @@ class Recording:
                 target = self.wait_for_target()
                 if target is not None:
                     counts = record(target, self.args.output, self.args.rate, self.args.duration, True,
-                                    self.args.max_depth, on_signal=self.on_signal, ebpf=not self.args.no_ebpf)
+                                    self.args.max_depth, on_signal=self.on_signal, ebpf=not self.args.no_ebpf,
+                                    ebpf_max_rate=self.args.ebpf_max_rate)
             except SdbError as e:  # the program runs on, unrecorded, as it would without sdb
                 error = e
                 sys.stderr.write(f"sdb-sidecar: error: {e} (the program runs on, unrecorded)\n")

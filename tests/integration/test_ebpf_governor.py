@@ -1,0 +1,92 @@
+"""The eBPF symbolizer's overhead governor: creation probes that fire faster than --ebpf-max-rate are
+detached for a while (ISeqs born then are named by remote reads) and attached again afterwards."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import read_trace, samples_so_far, wait_for
+from sdb_trace import KIND_RUBY, TraceError, TraceReader
+
+from test_ebpf_symbolizer import ebpf_missing
+
+pytestmark = pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")
+
+DETACH_MARGIN_NS = 300_000_000   # a pause starts before its probes are gone (closing one takes ~0.1 s)
+
+
+def pause_records(path) -> list:
+    """The ebpf_pause / ebpf_resume records of a trace still being written."""
+    out = []
+    try:
+        with TraceReader(str(path)) as r:
+            for rec in r.records():
+                if rec["t"] in ("ebpf_pause", "ebpf_resume"):
+                    out.append(rec)
+    except TraceError:
+        pass        # the last record is still being written
+    return out
+
+
+def sampled_names(trace, names) -> dict:
+    """{method name: samples whose Ruby frames, resolved at the sample's time, name it}."""
+    t = trace.tables
+    out = {n: 0 for n in names}
+    for t_ns, _serial, sid, _state in trace.samples:
+        for fid in t.stacks[sid]:
+            if t.frame_kind[fid] == KIND_RUBY:
+                sym = t.symbol_at(t.iseqs, t.frame_iseq[fid], t_ns)
+                if sym is not None and sym.label in out:
+                    out[sym.label] += 1
+    return out
+
+
+def test_burst_pauses_the_probes_and_slow_creation_is_probed_again(ruby_target, sidecar_process, tmp_path):
+    # GIVEN a Ruby app recorded with eBPF at the default budget (5,000 ISeqs/s)
+    target = ruby_target("eval_burst.rb")
+    out = tmp_path / "trace.msgpack"
+    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "30", "-q")
+    wait_for(lambda: samples_so_far(out) > 0 or sidecar.poll() is not None, 20, what="first samples")
+    assert sidecar.poll() is None, sidecar.communicate()[1]
+    # WHEN it evaluates methods one eval each for 0.8 s (tens of thousands of ISeqs a second), runs some
+    target.send("burst 0.8\n")
+    burst = json.loads(target.wait_for_line("burst ", timeout=30)[6:])
+    # AND, once the probes are back, evaluates 5 methods at 10 a second and runs them
+    wait_for(lambda: (lambda recs: recs and recs[-1]["t"] == "ebpf_resume")(pause_records(out)), 15,
+             what="the probes attached again after the burst")
+    target.send("slow\n")
+    slow = json.loads(target.wait_for_line("slow ", timeout=30)[5:])
+    sidecar.send_signal(2)
+    _, err = sidecar.communicate(timeout=30)
+    assert sidecar.returncode == 0, err
+    trace = read_trace(out)
+
+    # THEN the end record counts the pauses, and the trace has their times
+    ebpf = trace.end["ebpf"]
+    assert ebpf is not None, f"eBPF was not used: {err}"
+    assert ebpf["max_rate"] == 5000 and ebpf["pauses"] >= 1 and ebpf["paused_s"] > 0, ebpf
+    pauses = trace.tables.ebpf_pauses
+    assert len(pauses) == ebpf["pauses"], (pauses, ebpf)
+    assert all(end is not None and start < end for start, end in pauses), pauses
+    # AND the burst's methods born while the probes were detached have no eBPF name: remote reads
+    # named them, and their samples carry their names
+    by_label = {}
+    for r in trace.records:
+        if r["t"] == "iseq":
+            by_label.setdefault(r["label"], []).append(r)
+    unprobed = [m for m in burst["ran"]
+                if any(s + DETACH_MARGIN_NS <= m["born0"] and m["born1"] <= e for s, e in pauses)]
+    assert unprobed, f"no method run was born while the probes were detached: {pauses}, {burst['ran']}"
+    counts = sampled_names(trace, [m["name"] for m in burst["ran"]])
+    for m in unprobed:
+        assert {r["source"] for r in by_label.get(m["name"], [])} == {"remote"}, (m, by_label.get(m["name"]))
+        assert counts[m["name"]] > 0, f"{m['name']} ran 20 ms but no sample names it: {counts}"
+    # AND the methods evaluated slowly after the pauses were named at birth by eBPF again
+    counts = sampled_names(trace, [m["name"] for m in slow["ran"]])
+    for m in slow["ran"]:
+        recs = by_label.get(m["name"])
+        assert recs and {r["source"] for r in recs} == {"ebpf"}, (m, recs)
+        assert m["born0"] <= recs[0]["at_ns"] <= m["born1"]
+        assert not any(s <= recs[0]["at_ns"] <= e for s, e in pauses)
+    assert sum(counts.values()) > 0, counts

@@ -1,0 +1,41 @@
+# ISeqs created in a burst far above the eBPF symbolizer's budget, then slowly. stdin:
+#   "burst SECONDS\n": evals methods sdb_burst_<i> one eval each for SECONDS, then runs 20 of them
+#      spread over the burst (20 ms each); prints "burst {json}": per method run, its name and the
+#      monotonic window (ns, the samples' clock) in which it was created
+#   "slow\n": evals 5 methods sdb_slow_<i>, one every 0.1 s, then runs each (50 ms); prints "slow {json}"
+require "sdb"
+require "json"
+$stdout.sync = true
+
+def spin(seconds)
+  t = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
+  x = 0
+  x += 1 while Process.clock_gettime(Process::CLOCK_MONOTONIC) < t
+  x
+end
+
+def now_ns = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
+
+def define(name)
+  t0 = now_ns
+  eval("def #{name}(s)\n  spin(s)\nend\n", TOPLEVEL_BINDING, "/sdb/burst.rb", 1)
+  { "name" => name, "born0" => t0, "born1" => now_ns }
+end
+
+puts "ready #{Process.pid}"
+while (line = $stdin.gets)
+  cmd, arg = line.split
+  case cmd
+  when "burst"
+    finish = now_ns + (Float(arg) * 1e9).to_i
+    born = []
+    born << define("sdb_burst_#{born.size}") while now_ns < finish
+    picked = (0...20).map { |k| born[(born.size - 1) * k / 19] }
+    picked.each { |m| send(m["name"], 0.02) }
+    puts "burst " + JSON.generate({ "count" => born.size, "ran" => picked })
+  when "slow"
+    picked = (0...5).map { |k| m = define("sdb_slow_#{k}"); sleep 0.1; m }
+    picked.each { |m| send(m["name"], 0.05) }
+    puts "slow " + JSON.generate({ "ran" => picked })
+  end
+end
