@@ -81,6 +81,7 @@ def test_methods_evaluated_after_attach_are_named_by_ebpf(ruby_target, sidecar_p
     assert ebpf["object"] in maps
     assert ebpf["probes"] and set(ebpf["events"]) <= set(ebpf["probes"])
     assert ebpf["lost"] == 0
+    assert ebpf["pauses"] == 0, "the governor paused the probes: this test creates far fewer ISeqs than its budget"
     # AND every evaluated method was named from an eBPF event, with its full label and path
     iseqs = [r for r in trace.records if r["t"] == "iseq"]
     by_label = {}

@@ -68,6 +68,8 @@ def record_churn(ruby_target, sidecar_process, tmp_path, *args, until_reused: st
     assert sidecar.returncode == 0, err
     trace = read_trace(out)
     assert trace.end["ebpf"] is not None, f"eBPF was not used: {err}"
+    # ~100 ISeqs a second, far under the governor's default budget: every name here comes from eBPF
+    assert trace.end["ebpf"]["pauses"] == 0, trace.end["ebpf"]
     return trace, rounds
 
 
