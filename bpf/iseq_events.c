@@ -17,6 +17,10 @@
  * marked truncated and the sidecar reads that ISeq remotely instead.
  * Times are bpf_ktime_get_ns(): CLOCK_MONOTONIC, the clock of the samples.
  * RINGBUF_PAGES (a power of two) sizes the ring buffer the records go through.
+ *
+ * Records never wake the sidecar's reader (it drains every few tens of ms), except one: the ISeq
+ * record whose count reaches the number the reader set in `budget` (the sidecar's governor: its
+ * event budget is spent), so that the reader can pause the probes at once, not a poll later.
  */
 #include <uapi/linux/ptrace.h>
 
@@ -74,12 +78,14 @@ BPF_PERCPU_ARRAY(scratch, struct event, 1);
  * it (a wake-up per ISeq costs the app more than the probe itself). */
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
 BPF_PERCPU_ARRAY(dropped, u64, 1);         /* records that did not fit */
+/* [0]: ISeq records sent so far; [1]: the count at which to wake the reader (0: never). Set by the sidecar. */
+BPF_ARRAY(budget, u64, 2);
 
-static __always_inline void emit(void *data, u64 size)
+static __always_inline void emit(void *data, u64 size, u64 flags)
 {
     u32 zero = 0;
     u64 *d;
-    if (events.ringbuf_output(data, size, BPF_RB_NO_WAKEUP) != 0) {
+    if (events.ringbuf_output(data, size, flags) != 0) {
         d = dropped.lookup(&zero);
         if (d)
             (*d)++;
@@ -228,7 +234,13 @@ static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe, u64 iseq
 send:
     if (off > DATA_MAX)
         off = DATA_MAX;
-    emit(ev, sizeof(struct event_hdr) + off);
+    {
+        u32 one = 1;
+        u64 *sent = budget.lookup(&zero), *wake_at = budget.lookup(&one), wake = BPF_RB_NO_WAKEUP;
+        if (sent && wake_at && __sync_fetch_and_add(sent, 1) + 1 == *wake_at)
+            wake = BPF_RB_FORCE_WAKEUP;
+        emit(ev, sizeof(struct event_hdr) + off, wake);
+    }
     return 0;
 }
 
@@ -247,7 +259,7 @@ int iseq_moved(struct pt_regs *ctx)
     h.time_ns = bpf_ktime_get_ns();
     h.addr = src;
     h.addr2 = dest;
-    emit(&h, sizeof(h));
+    emit(&h, sizeof(h), BPF_RB_NO_WAKEUP);
     return 0;
 }
 

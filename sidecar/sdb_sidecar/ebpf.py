@@ -36,7 +36,7 @@ NA = 0xFFFF
 EV_NEW, EV_MOVE = 1, 2
 F_TRUNCATED, F_UNREADABLE, F_NO_REALPATH, F_BASE_IS_LABEL, F_REALPATH_IS_PATH = 1, 2, 4, 8, 16
 NSTR = 4
-POLL_S = 0.02              # the ring buffer is drained this often (the probes never wake the reader)
+POLL_S = 0.02              # the ring buffer is drained this often (records wake the reader only when over budget)
 RINGBUF_PAGES = 2048        # 8 MiB: ~25,000 records, a second of the busiest boot measured
 DEFAULT_MAX_RATE = 5000     # ISeq events per second: ~2.3 us each is ~1 % of one core
 BURST_S = 0.1               # a burst of this many seconds' worth of events passes without a pause
@@ -153,7 +153,7 @@ class EbpfSymbolizer:
         self.pauses: List[list] = []             # [start_ns, end_ns or None]: creation probes detached
         self._pause_lock = threading.Lock()
         self._paused = False
-        self._new_events = 0                     # creation events since the governor's last look
+        self._trusted_from_ns = 0                # ISeqs born before this (a resume) are not put in the map
         self.lost = 0                            # records the probes dropped (ring buffer full)
         self.counts: Dict[str, int] = {}         # events per probe symbol
         self._known: Dict[int, tuple] = {}       # addr -> the name last sent for it
@@ -236,7 +236,6 @@ class EbpfSymbolizer:
             self._batch_vals.append(0)
         self._known.clear()
         self._publish()
-        self._new_events = 0
 
     def _resume(self) -> None:
         try:
@@ -249,10 +248,10 @@ class EbpfSymbolizer:
         with self._pause_lock:
             end_ns = time.monotonic_ns()
             self.pauses[-1][1] = end_ns
+            self._trusted_from_ns = end_ns
             self._paused = False
         self.records.append({"kind": "resume", "at_ns": end_ns})
         self._governor.resumed(time.monotonic())
-        self._new_events = 0
 
     @property
     def paused(self) -> bool:
@@ -283,7 +282,6 @@ class EbpfSymbolizer:
             return
         sym = self.obj.creators[h.probe].symbol if h.probe < len(self.obj.creators) else "?"
         self.counts[sym] = self.counts.get(sym, 0) + 1
-        self._new_events += 1
         if h.flags & (F_TRUNCATED | F_UNREADABLE):
             # the Drainer reads this one remotely (a string longer than the probe copies, or a page
             # the probe could not read)
@@ -305,12 +303,12 @@ class EbpfSymbolizer:
         info = (label, base_label, path, realpath, h.first_line, h.type)
         if self._known.get(h.addr) == info:
             return              # the binary loader hands out ISeqs it already loaded
-        if not self._paused:
+        if not self._paused and h.time_ns >= self._trusted_from_ns:
             self._known[h.addr] = info
             self._batch_keys.append(h.addr)
             self._batch_vals.append(h.time_ns)
-        # else: born just before the probes went: the record names it from birth, but the sampler
-        # reads it remotely (the map is cleared of everything named before the pause)
+        # else: born while the probes were going or coming back (some may have missed a birth at
+        # the same address then): the record names it from birth, but the sampler reads it remotely
         self.records.append({"kind": "new", "addr": h.addr, "at_ns": h.time_ns, "probe": sym,
                              "label": label, "base_label": base_label, "path": path, "realpath": realpath,
                              "first_line": h.first_line, "type": h.type})
@@ -332,23 +330,31 @@ class EbpfSymbolizer:
         self.records.append({"kind": "move", "addr": new, "from": old, "at_ns": t_ns})
 
     def _run(self) -> None:
+        """Every POLL_S (or at once when the probes spent the governor's budget: the record that
+        does so wakes us), drain the ring buffer, publish the names, let the governor decide."""
         g = self._governor
+        budget = self._bpf["budget"]
+        sent_seen = 0
         while not self._stop.is_set():
             try:
-                self._bpf.ring_buffer_consume()
+                self._bpf.ring_buffer_poll(int(POLL_S * 1000))   # records arrive without waking us...
+                self._bpf.ring_buffer_consume()                  # ... so poll() may leave them there
                 self._publish()
+                sent = budget[budget.Key(0)].value
+                events, sent_seen = sent - sent_seen, sent
                 now = time.monotonic()
                 if self._paused:
                     if g.resume_due(now):
                         self._resume()
-                elif g.attached(now, self._new_events):
+                elif g.attached(now, events):
                     self._pause()
-                self._new_events = 0
+                # wake us when the next record overdraws the budget (0: never)
+                wake = sent + int(max(g.tokens, 0)) + 1 if (not self._paused and g.max_rate > 0) else 0
+                budget[budget.Key(1)] = budget.Leaf(wake)
             except Exception:
                 if self._stop.is_set():
                     return
                 raise
-            self._stop.wait(POLL_S)
 
     def _publish(self) -> None:
         if self._batch_keys:

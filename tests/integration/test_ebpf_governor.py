@@ -13,7 +13,7 @@ from test_ebpf_symbolizer import ebpf_missing
 
 pytestmark = pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")
 
-DETACH_MARGIN_NS = 300_000_000   # a pause starts before its probes are gone (closing one takes ~0.1 s)
+DETACH_MARGIN_NS = 50_000_000    # a pause's time is taken just before its probes are detached
 
 
 def pause_records(path) -> list:
