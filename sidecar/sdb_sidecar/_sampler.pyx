@@ -457,7 +457,8 @@ cdef class Registry:
         if (self.slots_offset < sizeof(sdb_header)
                 or <size_t>self.slots_offset + <size_t>self.slot_count * self.slot_size > self.size):
             raise RegistryError(f"{self.path}: file is shorter than its header says")
-        why = layout_problem(&self.hdr.layout)
+        # the layout counts once the gem says it checked it (a disabled gem leaves it empty)
+        why = layout_problem(&self.hdr.layout) if self.hdr.status == SDB_STATUS_ENABLED else None
         if why is not None:
             raise RegistryError(f"{self.path}: the layout is not one this sidecar can read ({why})")
         self.checked = 1
@@ -571,12 +572,13 @@ cdef class Sampler:
 
     def __cinit__(self, Registry reg, int pid, double rate_hz=1000.0, int max_depth=2048):
         cdef uint32_t i
-        reg.check()                     # raises RegistryError: sizes and layout are checked once
+        reg.check()                     # raises RegistryError: sizes checked once
         self.reg = reg
         self.pid = pid
-        self.L = reg.hdr.layout
-        if layout_problem(&self.L) is not None:
-            raise RegistryError(f"{reg.path}: the layout changed while it was read")
+        self.L = reg.hdr.layout         # the sampler's own copy, checked here
+        why = layout_problem(&self.L)
+        if why is not None:
+            raise RegistryError(f"{reg.path}: the layout is not one this sidecar can read ({why})")
         self.max_depth = max_depth
         self.period_ns = <uint64_t>(1e9 / rate_hz)
         self.jitter_ns = self.period_ns // 20      # +-5% of a period

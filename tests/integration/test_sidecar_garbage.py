@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, read_trace, registry_path, run_sidecar
+from conftest import REPO, assert_one_error_line, read_trace, registry_path, run_sidecar
 
 HELPER = REPO / "tests" / "support" / "garbage_target.c"
 KIND_RUBY, KIND_CFUNC = 0, 1
@@ -75,3 +75,23 @@ def test_hostile_memory_is_counted_never_fatal(tmp_path, garbage_target):
     assert any(k == KIND_RUBY and me != 0 for k, me in kinds), "no Ruby frame got a method entry (walk not reached)"
     assert any(k == KIND_CFUNC and me != 0 for k, me in kinds), "no C frame (ep words not reached)"
     assert any(len(s) > 5 for s in t.stacks), "no deep stack sampled"
+
+
+LAYOUT_OFFSET = 472          # offsetof(struct sdb_header, layout) (gem/ext/sdb/sdb_registry.h)
+CFP_SIZE_OFFSET = LAYOUT_OFFSET + 8 * 2   # layout.cfp_size, the 9th uint16
+REGISTRY_FORMAT = 7
+
+
+def test_a_layout_that_does_not_fit_is_refused_in_one_line(ruby_target, tmp_path):
+    """The layout lives in shared memory too: offsets past the spans the sampler reads are refused
+    (exit 7, one line) before any sampling."""
+    target = ruby_target("parked.rb")
+    with open(target.registry, "r+b") as f:
+        f.seek(CFP_SIZE_OFFSET)
+        assert int.from_bytes(f.read(2), "little") in range(24, 257, 8), "layout.cfp_size is not where expected"
+        f.seek(CFP_SIZE_OFFSET)
+        f.write((4096).to_bytes(2, "little"))
+    result = run_sidecar("attach", "--pid", str(target.pid), "-d", "1", "-o", str(tmp_path / "t.msgpack"), "--quiet")
+    assert result.returncode == REGISTRY_FORMAT, result.stderr
+    line = assert_one_error_line(result, "sdb-sidecar")
+    assert "layout" in line and "control frame size 4096" in line, line

@@ -257,14 +257,16 @@ static void scribble_slot(int i)
     uint64_t g = s->gen;
     int k;
     __atomic_store_n(&s->gen, g + 1, __ATOMIC_RELEASE);
+    /* slot 0 stays live with true addresses (what it points at is as garbled as the rest): the
+     * sidecar's first read, which tells whether it may read this process at all, goes there */
     if (below(4) == 0 || s->serial == 0) {
-        s->live = below(4) != 0;
+        s->live = i == 0 || below(4) != 0;
         s->serial = ++serials;
         s->start_mono_ns = now_ns();
     }
     s->native_tid = below(2) ? (uint32_t)getpid() : (uint32_t)rnd();
-    s->thread_addr = below(16) ? w(threads[i]) : garbage();
-    s->ec_addr = below(16) ? w((uint8_t *)threads[i] + L.thread_ec) : garbage();
+    s->thread_addr = i == 0 || below(16) ? w(threads[i]) : garbage();
+    s->ec_addr = i == 0 || below(16) ? w((uint8_t *)threads[i] + L.thread_ec) : garbage();
     s->flags = (uint32_t)rnd();
     for (k = 0; k < SDB_NAME_MAX; k++)               /* no NUL, invalid UTF-8 */
         s->name[k] = (char)(0x80 | rnd());
