@@ -154,6 +154,8 @@ class EbpfSymbolizer:
         self._pause_lock = threading.Lock()
         self._paused = False
         self._trusted_from_ns = 0                # ISeqs born before this (a resume) are not put in the map
+        self._drained = 0                        # ISeq records taken in the current drain ...
+        self._drain_budget = float("inf")        # ... and how many it may take before the governor looks
         self.lost = 0                            # records the probes dropped (ring buffer full)
         self.counts: Dict[str, int] = {}         # events per probe symbol
         self._known: Dict[int, tuple] = {}       # addr -> the name last sent for it
@@ -197,20 +199,24 @@ class EbpfSymbolizer:
         self._thread.start()
 
     def _attach_creators(self) -> None:
+        self._creator_events: List[bytes] = []   # bcc's names of their perf events, to detach them
         for i, p in enumerate(self.obj.creators):
             attach = self._bpf.attach_uprobe if p.entry else self._bpf.attach_uretprobe
+            before = set(self._bpf.uprobe_fds)
             attach(name=self.obj.open_path, addr=p.vaddr, fn_name=f"iseq_created_{i}", pid=self.pid)
+            self._creator_events += [ev for ev in self._bpf.uprobe_fds if ev not in before]
 
     def _detach_creators(self) -> None:
-        """Detach the creation probes, all at once: closing a uprobe waits ~0.1 s in the kernel
-        (measured on 6.18) after its breakpoint is gone, so each is closed in a thread of its own."""
-        def detach(p):
+        """Detach the creation probes, all at once: closing a uprobe's event removes its breakpoint
+        at once, then waits ~0.18 s in the kernel (measured on 6.18), so each is closed in a thread
+        of its own. By event name: bcc's detach by address would first resolve the ELF (ms)."""
+        def detach(ev):
             try:
-                (self._bpf.detach_uprobe if p.entry else self._bpf.detach_uretprobe)(
-                    name=self.obj.open_path, addr=p.vaddr, pid=self.pid)
+                self._bpf.detach_uprobe_event(ev)
             except Exception:
                 pass        # not attached (a resume that failed half-way), or the target is gone
-        threads = [threading.Thread(target=detach, args=(p,), name="sdb-ebpf-detach") for p in self.obj.creators]
+        events, self._creator_events = self._creator_events, []
+        threads = [threading.Thread(target=detach, args=(ev,), name="sdb-ebpf-detach") for ev in events]
         for t in threads:
             t.start()
         for t in threads:
@@ -272,6 +278,11 @@ class EbpfSymbolizer:
     # ------------------------------------------------------------ events
     def _on_record(self, ctx, data, size):
         self._on_event(data)
+        # a burst goes on while we drain it: once this drain alone overdraws the budget, stop
+        # draining (a negative return ends libbpf's loop; the rest waits) and let the governor pause
+        if self._drained > self._drain_budget and not self._paused and not self._stop.is_set():
+            return -1
+        return 0
 
     def _on_event(self, data):
         h = ctypes.cast(data, ctypes.POINTER(EventHdr)).contents
@@ -282,6 +293,7 @@ class EbpfSymbolizer:
             return
         sym = self.obj.creators[h.probe].symbol if h.probe < len(self.obj.creators) else "?"
         self.counts[sym] = self.counts.get(sym, 0) + 1
+        self._drained += 1
         if h.flags & (F_TRUNCATED | F_UNREADABLE):
             # the Drainer reads this one remotely (a string longer than the probe copies, or a page
             # the probe could not read)
@@ -337,8 +349,11 @@ class EbpfSymbolizer:
         sent_seen = 0
         while not self._stop.is_set():
             try:
+                self._drained = 0
+                self._drain_budget = g.tokens + g.max_rate * POLL_S if g.max_rate > 0 else float("inf")
                 self._bpf.ring_buffer_poll(int(POLL_S * 1000))   # records arrive without waking us...
-                self._bpf.ring_buffer_consume()                  # ... so poll() may leave them there
+                if self._drained <= self._drain_budget:
+                    self._bpf.ring_buffer_consume()              # ... so poll() may leave them there
                 self._publish()
                 sent = budget[budget.Key(0)].value
                 events, sent_seen = sent - sent_seen, sent
