@@ -952,7 +952,7 @@ cdef class Sampler:
         cdef Job *job
         cdef SlotCache *c
         cdef uint64_t vm_stack, vm_size, end, raw_total = 0, frames_total = 0, ep_total = 0
-        cdef uint64_t ep, lo, hi
+        cdef uint64_t ep, lo, hi, nframes
         cdef MeMemo *memo
         cdef RawFrame *r
         cdef uint8_t *base
@@ -1021,12 +1021,13 @@ cdef class Sampler:
             if job.cfp < vm_stack or job.cfp >= end or (end - job.cfp) % self.L.cfp_size != 0:
                 job.result = R_TORN
                 continue
-            job.nf = <uint32_t>((end - job.cfp) / self.L.cfp_size)
-            job.nf = job.nf - 1 if job.nf > 0 else 0    # the outermost frame is Ruby's dummy: not shown
+            nframes = (end - job.cfp) / self.L.cfp_size      # 64-bit: capped before it is narrowed
+            nframes = nframes - 1 if nframes > 0 else 0    # the outermost frame is Ruby's dummy: not shown
             job.truncated = 0
-            if job.nf > self.max_depth:
-                job.nf = self.max_depth
+            if nframes > self.max_depth:
+                nframes = self.max_depth
                 job.truncated = 1
+            job.nf = <uint32_t>nframes
             job.raw_off = raw_total
             job.frame0 = frames_total
             raw_total += job.nf * <uint64_t>self.L.cfp_size
@@ -1267,7 +1268,11 @@ cdef class Sampler:
         if sdb_load_acquire_u64(&s.gen) != job.gen:
             return R_GONE                  # the thread left, or its slot changed, during the read
         shallow = job.cfp2 if job.cfp2 > job.cfp else job.cfp
-        nunstable = <uint32_t>((shallow - job.cfp) / self.L.cfp_size) if shallow > job.cfp else 0
+        nunstable = 0
+        if shallow > job.cfp:
+            # frames above the shallowest frame pointer seen; a garbage pointer makes them all unstable
+            nunstable = job.nf if (shallow - job.cfp) / self.L.cfp_size > job.nf \
+                else <uint32_t>((shallow - job.cfp) / self.L.cfp_size)
 
         # classify and check, innermost first
         n_out = 0
