@@ -5,6 +5,7 @@
   benchmarks/run.py ... --only sample_cost|sidecar_cpu|busy_pace|cpu_micro|rails_overhead [--rounds N]
   benchmarks/run.py ... --only rails_overhead --only cpu_micro                    # issue #5 (~20 min)
   benchmarks/run.py ... --only boot_symbolizer                                    # issue #4 eBPF boot (~5 min)
+  benchmarks/run.py ... --only ebpf_pause_cost                                    # issue #4 what a pause costs (~30 s)
 """
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ import boot_symbolizer  # noqa: E402
 import busy_pace  # noqa: E402
 import common  # noqa: E402
 import cpu_micro  # noqa: E402
+import ebpf_pause_cost  # noqa: E402
 import rails_overhead  # noqa: E402
 import sample_cost  # noqa: E402
 import sidecar_cpu  # noqa: E402
 import symbolize_formats  # noqa: E402
 
 BENCHMARKS = {m.NAME: m for m in (sample_cost, sidecar_cpu, busy_pace, cpu_micro, rails_overhead,
-                                   symbolize_formats, boot_symbolizer)}
+                                   symbolize_formats, boot_symbolizer, ebpf_pause_cost)}
 
 
 def main() -> int:

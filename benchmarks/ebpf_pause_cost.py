@@ -1,0 +1,103 @@
+"""ebpf_pause_cost: what one pause of the eBPF symbolizer's creation probes costs (its governor,
+sidecar/sdb_sidecar/ebpf.py), on the sidecar and on the target.
+
+The target (programs/eval_loop.rb) evaluates methods without pause and counts them per 10 ms slice.
+This process (root, the sidecar's own code) attaches the symbolizer to it with every ISeq probed,
+then, CYCLES times: waits, detaches the creation probes as a pause does, waits, attaches them again.
+Sidecar side: wall and CPU time of a detach and of an attach (process CPU, all threads). Target side:
+evals per 10 ms slice while attached, while detaching (the kernel is still closing the probes),
+detached, and while attaching, and the longest slice of each phase (a slice ends at the first eval
+after 10 ms: one eval that stalls makes it long). Needs a quiet machine: on a shared one, stalls of
+the same length show up with no detach at all. The target runs on one core, this process on another."""
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import common
+
+NAME = "ebpf_pause_cost"
+PHASES = ("attached", "detaching", "detached", "attaching")
+
+
+def cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def run(cfg) -> str:
+    sys.path.insert(0, os.path.join(common.ROOT, "sidecar"))
+    from sdb_sidecar import _leftright
+    from sdb_sidecar.ebpf import EbpfSymbolizer, EbpfUnavailable, check_available
+    from sdb_sidecar.target import open_target
+    try:
+        check_available()
+    except EbpfUnavailable as e:
+        raise RuntimeError(f"no eBPF here: {e}") from None
+    common.pin_self()
+    cycles = 3 if cfg.quick else (cfg.rounds or 20)
+    wait_s = 0.4
+    seconds = 0.5 + cycles * (2 * wait_s + 0.25) + 0.5
+    marks, det, att = [], [], []
+    with common.ruby_target(cfg, "eval_loop.rb", f"{seconds:.2f}", stdin=True) as target:
+        sym = EbpfSymbolizer(target.pid, open_target(target.pid).registry.layout, _leftright.LeftRightMap(4096),
+                             max_rate=0)
+        sym.start()
+        try:
+            target.stdin.write("go\n")
+            target.stdin.flush()
+            time.sleep(0.5)
+            for _ in range(cycles):
+                time.sleep(wait_s)
+                c0, a = cpu_s(), time.monotonic_ns()
+                sym._detach_creators()
+                c1, b = cpu_s(), time.monotonic_ns()
+                time.sleep(wait_s)
+                c2, c = cpu_s(), time.monotonic_ns()
+                sym._attach_creators()
+                c3, d = cpu_s(), time.monotonic_ns()
+                marks.append((a, b, c, d))
+                det.append(((b - a) / 1e6, (c1 - c0) * 1e3))
+                att.append(((d - c) / 1e6, (c3 - c2) * 1e3))
+            slices = []
+            for line in target.stdout:
+                if line.startswith("done"):
+                    break
+                t0, n = line.split()
+                slices.append((int(t0), int(n)))
+        finally:
+            probes = [p.symbol for p in sym.obj.creators] if sym.obj else []
+            sym.close()
+    by_phase = {p: [] for p in PHASES}
+    longest = {p: 0.0 for p in PHASES}      # ms: a slice lasts longer than 10 ms when one eval stalls
+    for (t0, n), (t1, _) in zip(slices[5:], slices[6:]):     # the first slices warm up
+        phase = "attached"
+        for a, b, c, d in marks:
+            if a <= t0 < b:
+                phase = "detaching"
+            elif b <= t0 < c:
+                phase = "detached"
+            elif c <= t0 < d:
+                phase = "attaching"
+        by_phase[phase].append(n)
+        longest[phase] = max(longest[phase], (t1 - t0) / 1e6)
+    med = lambda xs: statistics.median(xs) if xs else float("nan")
+    rows = [{"side": "sidecar", "what": "detach (pause)", "wall_ms": med([w for w, _ in det]),
+             "cpu_ms": med([c for _, c in det])},
+            {"side": "sidecar", "what": "attach (resume)", "wall_ms": med([w for w, _ in att]),
+             "cpu_ms": med([c for _, c in att])}]
+    rows += [{"side": "target", "what": p, "slices": len(by_phase[p]), "evals_per_10ms": med(by_phase[p]),
+              "min": min(by_phase[p]) if by_phase[p] else None, "longest_slice_ms": longest[p]} for p in PHASES]
+    table = common.markdown_table(
+        ["side", "what", "median", "detail"],
+        [["sidecar", r["what"], f"{r['wall_ms']:.1f} ms wall", f"{r['cpu_ms']:.2f} ms CPU"] for r in rows[:2]] +
+        [["target", f"evals / 10 ms, {r['what']}", f"{r['evals_per_10ms']:.0f}",
+          f"{r['slices']} slices, min {r['min']}, longest slice {r['longest_slice_ms']:.0f} ms"] for r in rows[2:]])
+    params = {"cycles": cycles, "wait_s": wait_s, "probes": probes}
+    common.write_result(cfg, NAME, params, rows, table)
+    return (f"### ebpf_pause_cost ({cycles} pause cycles, probes {', '.join(probes)}, medians; "
+            f"{common.machine(cfg)['pinning']})\n\n{table}\n")
