@@ -39,3 +39,21 @@ def test_boot_symbolizer_quick_run_measures_every_configuration(tmp_path):
     assert rows["ebpf"]["median"]["named_remote"] > 0 and rows["ebpf"]["median"]["named_ebpf"] > 0
     assert rows["remote"]["ebpf_events"] == 0 and rows["remote"]["median"]["named_ebpf"] == 0
     assert "| ebpf |" in r.stdout and "| ebpf-all |" in r.stdout
+
+
+def test_ebpf_pause_cost_quick_run_measures_both_sides(tmp_path):
+    # GIVEN/WHEN the quick run of the pause-cost benchmark
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "run.py"), "--ruby", SDB_RUBY,
+                        "--gem-home", SDB_GEM_HOME, "--quick", "--only", "ebpf_pause_cost",
+                        "--results", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120, cwd=str(REPO), stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, f"benchmarks/run.py --quick failed ({r.returncode}):\n{r.stderr[-3000:]}"
+    with open(tmp_path / "ebpf_pause_cost-quick.json") as f:
+        doc = json.load(f)
+    rows = {(row["side"], row["what"]): row for row in doc["rows"]}
+    # THEN detaches and attaches were timed on the sidecar, and the target was counted in every phase
+    # it spent time in (the attach is too short to be sure of a 10 ms slice)
+    assert rows[("sidecar", "detach (pause)")]["wall_ms"] > 0 and rows[("sidecar", "attach (resume)")]["wall_ms"] > 0
+    for phase in ("attached", "detaching", "detached"):
+        assert rows[("target", phase)]["slices"] > 0, phase
+    assert doc["params"]["probes"] and "| sidecar | detach (pause) |" in r.stdout
