@@ -21,6 +21,7 @@ from .target import Target, permission_error
 DRAIN_INTERVAL_S = 0.1
 STATUS_INTERVAL_S = 0.5
 STALL_GRACE_S = 3.0
+RECORD_LAG_NS = 1_000_000_000   # an eBPF record reaches the Drainer well within this after the ISeq's birth
 
 
 # the name of a sampled ISeq that was gone before it could be read (without eBPF to name it at birth)
@@ -64,9 +65,12 @@ class Drainer:
             info = self.remote.iseq_info(addr)
         except RemoteReadError:
             self.symbol_errors += 1
-            if self.ebpf is None or (addr in self.names and not self.name_holds(addr, at_ns)):
-                # what held here before must not name this sample (with eBPF attached throughout,
-                # the name held here is this ISeq's, or its own record is on the way)
+            prev = self.names.get(addr)
+            if self.ebpf is None or not self.ebpf.attached_throughout(prev[1] if prev else at_ns - RECORD_LAG_NS,
+                                                                      at_ns):
+                # what held here before must not name this sample. With eBPF attached since that
+                # name was written (or for the last RECORD_LAG_NS, when there is none), the name
+                # held here is this ISeq's, or its own record is on the way; not across a pause.
                 self.write_iseq(addr, at_ns, "remote", UNKNOWN_ISEQ)
             return
         self.write_iseq(addr, at_ns, "remote", info)
