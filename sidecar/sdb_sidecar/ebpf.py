@@ -277,14 +277,16 @@ class EbpfSymbolizer:
 
     # ------------------------------------------------------------ events
     def _on_record(self, ctx, data, size):
-        self._on_event(data)
+        self._on_event(data, size)
         # a burst goes on while we drain it: once this drain alone overdraws the budget, stop
         # draining (a negative return ends libbpf's loop; the rest waits) and let the governor pause
         if self._drained > self._drain_budget and not self._paused and not self._stop.is_set():
             return -1
         return 0
 
-    def _on_event(self, data):
+    def _on_event(self, data, size):
+        if size < HDR_SIZE:
+            return          # not a record the program writes: nothing in it can be trusted
         h = ctypes.cast(data, ctypes.POINTER(EventHdr)).contents
         if h.kind == EV_MOVE:
             self._moved(h.addr, h.addr2, h.time_ns)
@@ -294,7 +296,7 @@ class EbpfSymbolizer:
         sym = self.obj.creators[h.probe].symbol if h.probe < len(self.obj.creators) else "?"
         self.counts[sym] = self.counts.get(sym, 0) + 1
         self._drained += 1
-        if h.flags & (F_TRUNCATED | F_UNREADABLE):
+        if h.flags & (F_TRUNCATED | F_UNREADABLE) or HDR_SIZE + sum(h.len) > size:
             # the Drainer reads this one remotely (a string longer than the probe copies, or a page
             # the probe could not read)
             self._unname(h.addr)
@@ -388,6 +390,11 @@ class EbpfSymbolizer:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
+            if self._thread.is_alive():
+                # the reader is still inside libbpf: consuming or freeing the ring buffer under it
+                # would be a use-after-free. Leave both to process exit (the probes go with it).
+                self._bpf = None
+                return
             self._thread = None
             try:
                 self._bpf.ring_buffer_consume()

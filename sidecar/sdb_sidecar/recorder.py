@@ -16,7 +16,7 @@ from . import __version__, _leftright, _sampler
 from .ebpf import DEFAULT_MAX_RATE, EbpfSymbolizer, EbpfUnavailable
 from .errors import Exit, SdbError
 from .symbols import RemoteReadError, RemoteRuby
-from .target import Target, permission_error
+from .target import Target, check_readable, permission_error
 
 DRAIN_INTERVAL_S = 0.1
 STATUS_INTERVAL_S = 0.5
@@ -163,11 +163,11 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
     out = open_output(out_path)
     sampler = _sampler.Sampler(target.registry, target.pid, rate_hz, max_depth)
     try:
-        sampler.read_memory(target.registry.threads()[0]["ec_addr"], 8) if target.registry.threads() else None
-    except OSError as e:
+        check_readable(target.pid, target.registry, sampler)
+    except SdbError:
         out.close()
         os.unlink(out_path)
-        raise permission_error(target.pid, e) from None
+        raise
     # eBPF first (its compile takes a second): the header's start is when sampling starts
     symbolizer = start_ebpf(target, sampler, ebpf_max_rate) if ebpf else None
     writer = TraceWriter(out, {

@@ -147,6 +147,21 @@ def _no_registry(pid: int, path: str, stale: bool):
                    f"to the app (or start it with `ruby -rsdb`) and restart it", Exit.NO_GEM)
 
 
+def check_readable(pid: int, registry, sampler) -> None:
+    """Fails early, with the reason, when this process may not read the target's memory at all.
+    One word of the first thread's execution context is read: a refusal (EPERM, EACCES) or a gone
+    process (ESRCH) ends the attach here. Any other failure (EFAULT: the slot changed while read)
+    says nothing about permissions; the sampler counts such reads as torn."""
+    threads = registry.threads()
+    if not threads:
+        return
+    try:
+        sampler.read_memory(threads[0]["ec_addr"], 8)
+    except OSError as e:
+        if e.errno in (errno.EPERM, errno.EACCES, errno.ESRCH):
+            raise permission_error(pid, e) from None
+
+
 def permission_error(pid: int, e: OSError) -> SdbError:
     if e.errno == errno.EPERM or e.errno == errno.EACCES:
         return SdbError(f"not allowed to read the memory of process {pid}: {PERMISSION_HINT}", Exit.PERMISSION)

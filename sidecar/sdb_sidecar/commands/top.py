@@ -12,7 +12,7 @@ from .. import _sampler
 from ..errors import Exit, SdbError
 from ..live import LiveProfile, Settings, TABLE_HEAD, command_text, screen_lines
 from ..recorder import DRAIN_INTERVAL_S, Drainer, _alive
-from ..target import open_target, permission_error
+from ..target import check_readable, open_target, permission_error
 from .attach import positive_float
 
 REFRESH_S = 1.0
@@ -39,12 +39,7 @@ class TopCommand:
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
             raise SdbError("top draws on a terminal: run it in one (or use attach/snapshot)", Exit.USAGE)
         sampler = _sampler.Sampler(target.registry, target.pid, args.rate, args.max_depth)
-        threads = target.registry.threads()
-        if threads:
-            try:
-                sampler.read_memory(threads[0]["ec_addr"], 8)
-            except OSError as e:
-                raise permission_error(target.pid, e) from None
+        check_readable(target.pid, target.registry, sampler)
         live = LiveProfile({"pid": target.pid, "ruby": target.info["ruby"], "rate_hz": args.rate}, args.window)
         drainer = Drainer(target, sampler, live)
         result = []
