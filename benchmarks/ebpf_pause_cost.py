@@ -74,6 +74,7 @@ def run(cfg) -> str:
             sym.close()
     by_phase = {p: [] for p in PHASES}
     longest = {p: 0.0 for p in PHASES}      # ms: a slice lasts longer than 10 ms when one eval stalls
+    lengths = {p: [] for p in PHASES}       # ms of every slice, to count stalls per second of each phase
     for (t0, n), (t1, _) in zip(slices[5:], slices[6:]):     # the first slices warm up
         phase = "attached"
         for a, b, c, d in marks:
@@ -85,18 +86,25 @@ def run(cfg) -> str:
                 phase = "attaching"
         by_phase[phase].append(n)
         longest[phase] = max(longest[phase], (t1 - t0) / 1e6)
+        lengths[phase].append((t1 - t0) / 1e6)
     med = lambda xs: statistics.median(xs) if xs else float("nan")
     rows = [{"side": "sidecar", "what": "detach (pause)", "wall_ms": med([w for w, _ in det]),
              "cpu_ms": med([c for _, c in det])},
             {"side": "sidecar", "what": "attach (resume)", "wall_ms": med([w for w, _ in att]),
              "cpu_ms": med([c for _, c in att])}]
     rows += [{"side": "target", "what": p, "slices": len(by_phase[p]), "evals_per_10ms": med(by_phase[p]),
-              "min": min(by_phase[p]) if by_phase[p] else None, "longest_slice_ms": longest[p]} for p in PHASES]
+              "min": min(by_phase[p]) if by_phase[p] else None, "longest_slice_ms": longest[p],
+              "seconds": sum(lengths[p]) / 1e3,
+              "slices_over_20ms": sum(1 for x in lengths[p] if x > 20),
+              "slices_over_50ms": sum(1 for x in lengths[p] if x > 50),
+              "longest_3_ms": sorted(lengths[p])[-3:]} for p in PHASES]
     table = common.markdown_table(
         ["side", "what", "median", "detail"],
         [["sidecar", r["what"], f"{r['wall_ms']:.1f} ms wall", f"{r['cpu_ms']:.2f} ms CPU"] for r in rows[:2]] +
         [["target", f"evals / 10 ms, {r['what']}", f"{r['evals_per_10ms']:.0f}",
-          f"{r['slices']} slices, min {r['min']}, longest slice {r['longest_slice_ms']:.0f} ms"] for r in rows[2:]])
+          f"{r['slices']} slices ({r['seconds']:.1f} s), min {r['min']}; slices > 20 ms: "
+          f"{r['slices_over_20ms']}, > 50 ms: {r['slices_over_50ms']}; longest "
+          f"{', '.join(f'{x:.0f}' for x in r['longest_3_ms'])} ms"] for r in rows[2:]])
     params = {"cycles": cycles, "wait_s": wait_s, "probes": probes}
     common.write_result(cfg, NAME, params, rows, table)
     return (f"### ebpf_pause_cost ({cycles} pause cycles, probes {', '.join(probes)}, medians; "

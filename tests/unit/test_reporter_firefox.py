@@ -116,3 +116,4 @@ def test_frames_have_names_files_and_lines(profile):
     assert s[th["funcTable"]["fileName"][f]].endswith("formats.rb")
     lines = {ln for fn, ln in zip(th["frameTable"]["func"], th["frameTable"]["line"]) if fn == f}
     assert lines and all(isinstance(ln, int) and ln > 0 for ln in lines)
+

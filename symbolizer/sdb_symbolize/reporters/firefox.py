@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 import json
-from array import array
 from typing import IO, Dict, List
 
 from sdb_trace import STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING, STATE_UNKNOWN
 
 from .base import Reporter
+from .columns import Column
 
 # The Firefox Profiler's processed format, version 47 (the viewer upgrades it on load): the fields
 # are those of its src/types/profile.js at that version. Thread states are the categories.
@@ -37,8 +37,8 @@ class _Thread:
         self.stack_rows: List[tuple] = []       # (prefix, frame, category)
         self.leaf: Dict[tuple, int] = {}        # (Stack.id, state) -> stack index (-1: empty)
         self.frames_of: Dict[int, List[int]] = {}  # Stack.id -> frame indexes, root first
-        self.times = array("d")
-        self.stacks = array("l")
+        self.times = Column("d")
+        self.stacks = Column("l")
 
     def s(self, text: str) -> int:
         i = self.string_ids.get(text)
@@ -116,14 +116,13 @@ class FirefoxReporter(Reporter):
 
     def thread_json(self, th: _Thread, pid: str, end_ms: float, process_name: str) -> dict:
         t = th.thread
-        n_f, n_fr, n_st, n = len(th.funcs), len(th.frames), len(th.stack_rows), len(th.times)
+        n_f, n_fr, n_st = len(th.funcs), len(th.frames), len(th.stack_rows)
         return {
             "processType": "default", "processName": process_name, "processStartupTime": 0,
             "processShutdownTime": end_ms, "registerTime": self._ms(t.start_ns) or 0,
             "unregisterTime": self._ms(t.end_ns), "pausedRanges": [], "name": t.label,
             "isMainThread": t.main, "pid": pid, "tid": t.tid,
-            "samples": {"stack": [s if s >= 0 else None for s in th.stacks], "time": list(th.times),
-                        "weight": None, "weightType": "samples", "length": n},
+            "samples": None,    # written by write_samples, in chunks
             "markers": {"data": [], "name": [], "startTime": [], "endTime": [], "phase": [], "category": [],
                         "length": 0},
             "stackTable": {"frame": [r[1] for r in th.stack_rows], "prefix": [r[0] for r in th.stack_rows],
@@ -162,7 +161,34 @@ class FirefoxReporter(Reporter):
                 "extensions": {"baseURL": [], "id": [], "name": [], "length": 0},
             },
             "libs": [], "pages": [], "counters": [],
-            "threads": [self.thread_json(th, pid, end_ms, process_name) for th in threads],
+            "threads": [],
         }
-        out.write(json.dumps(profile, separators=(",", ":"), ensure_ascii=False))   # the C encoder
-        out.write("\n")
+        # everything but the sample columns through the C encoder; the columns (the only part that
+        # grows with the recording's length) streamed in chunks, so memory stays flat
+        head = json.dumps(profile, separators=(",", ":"), ensure_ascii=False)
+        assert head.endswith('"threads":[]}')
+        out.write(head[:-2])
+        for k, th in enumerate(threads):
+            text = json.dumps(self.thread_json(th, pid, end_ms, process_name), separators=(",", ":"),
+                              ensure_ascii=False)
+            before, after = text.split('"samples":null', 1)
+            out.write(("," if k else "") + before + '"samples":')
+            self.write_samples(th, out)
+            out.write(after)
+            th.times.close()
+            th.stacks.close()
+        out.write("]}\n")
+
+    @staticmethod
+    def write_samples(th: _Thread, out: IO) -> None:
+        out.write('{"stack":[')
+        first = True
+        for chunk in th.stacks.chunks():
+            out.write(("" if first else ",") + ",".join(str(s) if s >= 0 else "null" for s in chunk))
+            first = False
+        out.write('],"time":[')
+        first = True
+        for chunk in th.times.chunks():
+            out.write(("" if first else ",") + ",".join(map(repr, chunk)))
+            first = False
+        out.write(f'],"weight":null,"weightType":"samples","length":{len(th.times)}}}')

@@ -1,23 +1,41 @@
 from __future__ import annotations
 
 import json
-from array import array
 from typing import IO, Dict, List
 
 from .. import __version__
 from .base import Reporter
+from .columns import Column
 
 
 class _Profile:
-    """One thread's samples in time order; runs of the same stack are merged (weights add up)."""
-    __slots__ = ("thread", "stacks", "weights", "first_ns", "last_ns")
+    """One thread's samples in time order; runs of the same stack are merged (weights add up). The
+    run being merged is held in last_sid/last_w until the stack changes."""
+    __slots__ = ("thread", "stacks", "weights", "first_ns", "last_ns", "last_sid", "last_w", "total")
 
     def __init__(self, thread):
         self.thread = thread
-        self.stacks = array("l")
-        self.weights = array("q")
+        self.stacks = Column("l")
+        self.weights = Column("q")
         self.first_ns = None
         self.last_ns = None
+        self.last_sid = -1
+        self.last_w = 0
+        self.total = 0
+
+    def add(self, sid: int, w: int) -> None:
+        self.total += w
+        if sid == self.last_sid:
+            self.last_w += w
+            return
+        self.flush()
+        self.last_sid, self.last_w = sid, w
+
+    def flush(self) -> None:
+        if self.last_sid >= 0:
+            self.stacks.append(self.last_sid)
+            self.weights.append(self.last_w)
+            self.last_sid, self.last_w = -1, 0
 
 
 class SpeedscopeReporter(Reporter):
@@ -60,12 +78,7 @@ class SpeedscopeReporter(Reporter):
             p.first_ns = t_ns
         p.last_ns = t_ns
         sid = self._stack(stack)
-        w = self.period_ns * count
-        if p.stacks and p.stacks[-1] == sid:
-            p.weights[-1] += w
-        else:
-            p.stacks.append(sid)
-            p.weights.append(w)
+        p.add(sid, self.period_ns * count)
 
     def render(self, out: IO) -> None:
         h = self.header
@@ -76,17 +89,27 @@ class SpeedscopeReporter(Reporter):
         out.write(f'"exporter":"sdb {__version__}","activeProfileIndex":0,')
         out.write('"shared":{"frames":' + json.dumps(self.frames, separators=(",", ":")) + '},"profiles":[')
         for n, p in enumerate(profiles):
-            total = sum(p.weights)
+            p.flush()
             out.write(("," if n else "") + '{"type":"sampled","name":' + json.dumps(p.thread.label)
-                      + f',"unit":"nanoseconds","startValue":0,"endValue":{total},"samples":[')
+                      + f',"unit":"nanoseconds","startValue":0,"endValue":{p.total},"samples":[')
             cache: Dict[int, str] = {}
-            for i in range(0, len(p.stacks), 4096):
-                chunk = []
-                for sid in p.stacks[i:i + 4096]:
-                    s = cache.get(sid)
-                    if s is None:
-                        s = cache[sid] = "[" + ",".join(map(str, self.stack_frames[sid])) + "]"
-                    chunk.append(s)
-                out.write(("," if i else "") + ",".join(chunk))
-            out.write('],"weights":[' + ",".join(map(str, p.weights)) + "]}")
+            sep = ""
+            for chunk in p.stacks.chunks():
+                for i in range(0, len(chunk), 4096):
+                    texts = []
+                    for sid in chunk[i:i + 4096]:
+                        s = cache.get(sid)
+                        if s is None:
+                            s = cache[sid] = "[" + ",".join(map(str, self.stack_frames[sid])) + "]"
+                        texts.append(s)
+                    out.write(sep + ",".join(texts))
+                    sep = ","
+            out.write('],"weights":[')
+            sep = ""
+            for chunk in p.weights.chunks():
+                out.write(sep + ",".join(map(str, chunk)))
+                sep = ","
+            out.write("]}")
+            p.stacks.close()
+            p.weights.close()
         out.write("]}\n")

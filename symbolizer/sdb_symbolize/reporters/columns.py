@@ -1,0 +1,48 @@
+"""Sample columns for the timeline formats, whose output holds every sample: memory stays flat on
+recordings of any length because a column goes to a temporary file once it is long."""
+from __future__ import annotations
+
+import tempfile
+from array import array
+from typing import Iterator
+
+
+class Column:
+    """A column of numbers that may be longer than memory should hold: kept in an array until
+    SPILL entries, then appended to a temporary file. Read back in chunks, in order."""
+    SPILL = 1 << 18
+
+    def __init__(self, typecode: str):
+        self.typecode = typecode
+        self.buf = array(typecode)
+        self.file = None
+        self.length = 0
+
+    def append(self, x) -> None:
+        self.buf.append(x)
+        self.length += 1
+        if len(self.buf) >= self.SPILL:
+            if self.file is None:
+                self.file = tempfile.TemporaryFile(prefix="sdb-column-")
+            self.buf.tofile(self.file)
+            del self.buf[:]
+
+    def __len__(self) -> int:
+        return self.length
+
+    def chunks(self) -> Iterator[array]:
+        if self.file is not None:
+            self.file.seek(0)
+            left = self.length - len(self.buf)
+            while left:
+                a = array(self.typecode)
+                a.fromfile(self.file, min(left, self.SPILL))
+                left -= len(a)
+                yield a
+        if self.buf:
+            yield self.buf
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
