@@ -12,7 +12,7 @@ pytestmark = pytest.mark.once
 
 
 def test_a_long_column_spills_to_disk_and_reads_back_complete_in_order():
-    # GIVEN a reporter whose sample columns spill to a file every 3 samples (262,144 by default)
+    # GIVEN a reporter whose sample columns spill to a file every 3 samples (65,536 by default)
 
     def column_roundtrip(typecode, values, spill):
         old = Column.SPILL

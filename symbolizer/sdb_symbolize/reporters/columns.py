@@ -10,7 +10,7 @@ from typing import Iterator
 class Column:
     """A column of numbers that may be longer than memory should hold: kept in an array until
     SPILL entries, then appended to a temporary file. Read back in chunks, in order."""
-    SPILL = 1 << 18
+    SPILL = 1 << 16    # entries per column kept in memory: 0.5 MiB; a thread's columns, 1 MiB at most
 
     def __init__(self, typecode: str):
         self.typecode = typecode
