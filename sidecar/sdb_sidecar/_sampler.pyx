@@ -309,6 +309,7 @@ cdef struct Job:            # one thread being read in this tick
     uint8_t th[128]         # the span of rb_thread_t holding ec and status (when status is read)
     uint64_t switch_ins0    # 3.1: the thread's switch-in count before the read (0: not taken)
     int letter0             # 3.1: its kernel state letter, taken after switch_ins0, before the read
+    uint64_t read_ns        # when its control frames had been copied: the sample's time (read_jobs)
 
 cdef struct Req:            # one remote read, queued for run_reqs
     uint64_t addr
@@ -952,7 +953,7 @@ cdef class Sampler:
         cdef Job *job
         cdef SlotCache *c
         cdef uint64_t vm_stack, vm_size, end, raw_total = 0, frames_total = 0, ep_total = 0
-        cdef uint64_t ep, lo, hi, nframes
+        cdef uint64_t ep, lo, hi, nframes, read_ns
         cdef MeMemo *memo
         cdef RawFrame *r
         cdef uint8_t *base
@@ -1042,6 +1043,12 @@ cdef class Sampler:
                 self.add_req(job.cfp, job.nf * <uint64_t>self.L.cfp_size, AREA_RAW, job.raw_off, j, R_TORN)
         if self.nreq and self.run_reqs() != 0:
             return -1
+        # the sample's time, taken once its frames were copied: never earlier than what they show (an
+        # ISeq born just before the read, named by eBPF from its birth, must not be looked up at a time
+        # before it). The tick's start is several us earlier (a retry's: a whole read earlier).
+        read_ns = sdb_now_ns()
+        for j in range(first, first + n):
+            self.jobs[j].read_ns = read_ns
         # 3. ep words of the frames without ISeq+pc, in merged spans; then ec->cfp again
         for j in range(first, first + n):
             job = &self.jobs[j]
@@ -1612,7 +1619,7 @@ cdef class Sampler:
         if rc == R_OK:
             for i in range(n):
                 if self.jobs[i].result == R_OK:
-                    self.jobs[i].result = self.finish_job(&self.jobs[i], now)
+                    self.jobs[i].result = self.finish_job(&self.jobs[i], self.jobs[i].read_ns)
                     self.note_idle(&self.jobs[i])
                     self.note_asleep(&self.jobs[i])
                 if self.jobs[i].result == R_TORN:       # retried below, together
@@ -1629,7 +1636,7 @@ cdef class Sampler:
                 else:
                     for i in range(n, n + ntorn):
                         if self.jobs[i].result == R_OK:
-                            self.jobs[i].result = self.finish_job(&self.jobs[i], now)
+                            self.jobs[i].result = self.finish_job(&self.jobs[i], self.jobs[i].read_ns)
                             self.note_idle(&self.jobs[i])
                         if self.jobs[i].result == R_OK:
                             self.retried += 1
