@@ -1,5 +1,5 @@
 # ISeq addresses reused and moved while recorded. stdin "go\n" starts; prints "round {json}" per
-# method run (its name and monotonic window, the samples' clock), then "done".
+# method run (its name and monotonic window, the samples' clock; 2 ms apart), then "done".
 #   reuse:   each round evals 8 methods, runs them, removes them and collects: freed ISeq slots are
 #            taken again by the next rounds' ISeqs, so one address names several methods in turn
 #   compact: evals methods, runs them, GC.compact (moves them), runs them again
@@ -19,6 +19,10 @@ def run(name, seconds)
   send(name, seconds)
   t1 = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
   puts "round " + JSON.generate({ "name" => name, "t0" => t0, "t1" => t1 })
+  # 2 ms of `run` alone before the next round: a sample's time and the copy of its frames are a few
+  # us apart at best (more when the sidecar is preempted), so back-to-back rounds (~5 us apart)
+  # would make the test depend on that; a sample in the gap has none of the rounds' methods
+  spin(0.002)
 end
 
 mode = ARGV[0] || "reuse"
