@@ -41,7 +41,7 @@
 /* body words read at once: the fields used end at first_lineno (byte 96 on 3.x); a body is bigger */
 #define BODY_WORDS 16
 #if BODY_PATHOBJ >= 8 * BODY_WORDS || BODY_LABEL >= 8 * BODY_WORDS || BODY_BASE_LABEL >= 8 * BODY_WORDS || \
-    BODY_FIRST_LINENO >= 8 * BODY_WORDS || BODY_TYPE >= 8 * BODY_WORDS
+    BODY_FIRST_LINENO >= 8 * BODY_WORDS || BODY_TYPE >= 8 * BODY_WORDS || BODY_ISEQ_ENCODED >= 8 * BODY_WORDS
 #error "an ISeq body field lies past the words read"
 #endif
 
@@ -60,7 +60,7 @@ struct event_hdr {
     u32 flags;
     u64 time_ns;
     u64 addr;                       /* the new ISeq (EV_NEW); the old address (EV_MOVE) */
-    u64 addr2;                      /* EV_MOVE: the new address */
+    u64 addr2;                      /* EV_MOVE: the new address; EV_NEW: the body's iseq_encoded */
     u32 type;
     s32 first_line;
     u16 len[NSTR];                  /* byte lengths of the strings that follow, back to back */
@@ -202,6 +202,9 @@ static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe, u64 iseq
     label = b[BODY_LABEL / 8];
     if (label == 0)
         return 0;
+    /* the instruction buffer: the sampler names an ISeq from this event only if the ISeq it reads at
+     * that address has this same buffer (a moved-in or later ISeq at the address has another) */
+    ev->h.addr2 = b[BODY_ISEQ_ENCODED / 8];
     ev->h.type = (u32)(b[BODY_TYPE / 8] >> (8 * (BODY_TYPE % 8)));
 #if FIRST_LINENO_FIXNUM
     ev->h.first_line = (s32)((s64)b[BODY_FIRST_LINENO / 8] >> 1);

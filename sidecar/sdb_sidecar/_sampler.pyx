@@ -742,9 +742,11 @@ cdef class Sampler:
         e.addr = iseq
         e.encoded = encoded
         e.size = size
-        # a new ISeq, or a reused address: Python reads its symbol (unless eBPF named it at birth:
-        # the map holds its creation time; 0 when what eBPF named there is gone)
-        if not known and self.named is not None and lr_get(self.named.m, iseq, &size) and size != 0:
+        # a new ISeq, or a reused address: Python reads its symbol, unless eBPF named this very ISeq
+        # at birth: the map holds the instruction buffer eBPF saw (0 when what it named there is
+        # gone). Another ISeq at the address (one GC.compact moved there unseen, a later one born
+        # while the probes were paused) has another buffer, so it is read.
+        if not known and self.named is not None and lr_get(self.named.m, iseq, &size) and size == encoded:
             return 1
         if grow(<void **>&self.g.new_iseqs, &self.g.new_iseq_cap, self.g.new_iseq_len + 1, sizeof(AddrEvt)) == 0:
             self.g.new_iseqs[self.g.new_iseq_len].addr = iseq

@@ -109,6 +109,7 @@ def bpf_cflags(layout: dict, pid: int) -> List[str]:
         "ISEQ_BODY": L["iseq_body"],
         "BODY_TYPE": L["body_type"], "BODY_PATHOBJ": L["body_pathobj"], "BODY_BASE_LABEL": L["body_base_label"],
         "BODY_LABEL": L["body_label"], "BODY_FIRST_LINENO": L["body_first_lineno"],
+        "BODY_ISEQ_ENCODED": L["body_iseq_encoded"],
         "FIRST_LINENO_FIXNUM": 1 if L["body_first_lineno_is_fixnum"] else 0,
         "RSTR_NOEMBED_BIT": L["rstring_noembed_bit"], "RSTR_HEAP_LEN": L["rstring_heap_len"],
         "RSTR_HEAP_PTR": L["rstring_heap_ptr"], "RSTR_EMBED_LEN": L["rstring_embed_len"],
@@ -159,6 +160,7 @@ class EbpfSymbolizer:
         self.lost = 0                            # records the probes dropped (ring buffer full)
         self.counts: Dict[str, int] = {}         # events per probe symbol
         self._known: Dict[int, tuple] = {}       # addr -> the name last sent for it
+        self._encoded: Dict[int, int] = {}       # addr -> its instruction buffer (the map's value)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._bpf = None
@@ -241,6 +243,7 @@ class EbpfSymbolizer:
             self._batch_keys.append(addr)
             self._batch_vals.append(0)
         self._known.clear()
+        self._encoded.clear()
         self._publish()
 
     def _resume(self) -> None:
@@ -317,10 +320,11 @@ class EbpfSymbolizer:
         info = (label, base_label, path, realpath, h.first_line, h.type)
         if self._known.get(h.addr) == info:
             return              # the binary loader hands out ISeqs it already loaded
-        if not self._paused and h.time_ns >= self._trusted_from_ns:
+        if not self._paused and h.time_ns >= self._trusted_from_ns and h.addr2 != 0:
             self._known[h.addr] = info
+            self._encoded[h.addr] = h.addr2
             self._batch_keys.append(h.addr)
-            self._batch_vals.append(h.time_ns)
+            self._batch_vals.append(h.addr2)
         # else: born while the probes were going or coming back (some may have missed a birth at
         # the same address then): the record names it from birth, but the sampler reads it remotely
         self.records.append({"kind": "new", "addr": h.addr, "at_ns": h.time_ns, "probe": sym,
@@ -329,16 +333,19 @@ class EbpfSymbolizer:
 
     def _unname(self, addr: int) -> None:
         """What eBPF named at addr no longer holds: value 0 tells the sampler to read it remotely."""
+        self._encoded.pop(addr, None)
         if self._known.pop(addr, None) is not None:
             self._batch_keys.append(addr)
             self._batch_vals.append(0)
 
     def _moved(self, old: int, new: int, t_ns: int) -> None:
         info = self._known.pop(old, None)
-        if info is not None:
+        encoded = self._encoded.pop(old, 0)
+        if info is not None and encoded:
             self._known[new] = info
+            self._encoded[new] = encoded        # a move keeps the body and its instructions
             self._batch_keys.append(new)
-            self._batch_vals.append(t_ns)
+            self._batch_vals.append(encoded)
         else:
             self._unname(new)       # an ISeq eBPF did not name moved over one it did
         self.records.append({"kind": "move", "addr": new, "from": old, "at_ns": t_ns})
