@@ -81,11 +81,11 @@ test: setup rubies $(STAMPS)/npm
 	  for args in "" "--yjit"; do \
 	    if [ -n "$$args" ] && ! $$ruby --yjit -e 'exit(defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled? ? 0 : 1)' 2>/dev/null; then continue; fi; \
 	    echo "== suite, Ruby $$version $$args"; \
-	    SDB_RUBY=$$ruby SDB_RUBY_ARGS="$$args" SDB_GEM_HOME= $(PY) -m pytest -q -m "not once" tests </dev/null; \
+	    SDB_RUBY=$$ruby SDB_RUBY_ARGS="$$args" SDB_GEM_HOME= $(PY) -m pytest -q -rs -m "not once" tests </dev/null; \
 	  done; \
 	done < $(RUBIES_LIST)
 	@echo "== suite, Ruby-independent tests (once, Debian's Ruby)"
-	SDB_RUBY=$(RUBY) SDB_GEM_HOME= $(PY) -m pytest -q -m once tests </dev/null
+	SDB_RUBY=$(RUBY) SDB_GEM_HOME= $(PY) -m pytest -q -rs -m once tests </dev/null
 
 # All benchmarks (benchmarks/RESULTS.md). BENCH_ARGS narrows it, e.g. the Rails overhead benchmark
 # and the CPU microbenchmark only (~18 min):  make bench BENCH_ARGS="--only rails_overhead --only cpu_micro"
