@@ -5,12 +5,7 @@ require "sdb"
 require "json"
 $stdout.sync = true
 
-def spin(seconds)
-  t = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
-  x = 0
-  x += 1 while Process.clock_gettime(Process::CLOCK_MONOTONIC) < t
-  x
-end
+require_relative "spin"
 
 puts "ready #{Process.pid}"
 dir = $stdin.gets.split(" ", 2)[1].strip

@@ -7,12 +7,7 @@ require "sdb"
 require "json"
 $stdout.sync = true
 
-def spin(seconds)
-  t = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
-  x = 0
-  x += 1 while Process.clock_gettime(Process::CLOCK_MONOTONIC) < t
-  x
-end
+require_relative "spin"
 
 def run(name, seconds)
   t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
