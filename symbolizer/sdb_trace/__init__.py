@@ -362,12 +362,27 @@ def full_label(kind: int, iseq: Optional[dict], method: Optional[dict]) -> str:
         return GC_LABEL
     label = (iseq or {}).get("label") or ""
     base = (iseq or {}).get("base_label") or ""
-    if method and method.get("type") == METHOD_ISEQ and method.get("class_path") and method.get("name"):
+    if (method and method.get("type") == METHOD_ISEQ and method.get("class_path") and method.get("name")
+            and _method_fits(iseq or {}, base, method["name"])):
         qualified = qualified_name(method)
         if (iseq or {}).get("type") in _PREFIXED and base and label.endswith(base):
             return label[:len(label) - len(base)] + qualified
         return qualified
     return label
+
+
+ISEQ_TYPE_METHOD = 1
+
+
+def _method_fits(iseq: dict, base: str, name: str) -> bool:
+    """Whether a method entry can be this frame's. A method's ISeq, and its blocks, rescues and
+    ensures, carry the method's original name as base label, which is the entry's name (its
+    original_id): a frame read while the stack moved can pair an ISeq with another frame's entry,
+    and such a pair must not lend the ISeq another method's name. Other ISeqs (an eval inside a
+    method) cannot be checked this way and keep the entry."""
+    if iseq.get("type") == ISEQ_TYPE_METHOD or iseq.get("type") in _PREFIXED:
+        return base == name
+    return True
 
 
 def _insert_symbol(table: Dict[int, List[Symbol]], addr: int, sym: Symbol) -> None:

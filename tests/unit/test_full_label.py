@@ -1,0 +1,32 @@
+"""sdb_trace.full_label, the one label rule: Ruby's full labels, and never another method's name."""
+from __future__ import annotations
+
+import pytest
+
+from sdb_trace import KIND_RUBY, METHOD_ISEQ, full_label
+
+pytestmark = pytest.mark.once
+
+PRICE = {"name": "price", "type": METHOD_ISEQ, "class_path": "Product", "singleton": False}
+
+
+def iseq(label, base, itype):
+    return {"label": label, "base_label": base, "type": itype}
+
+
+def test_a_method_frame_is_named_with_its_class():
+    assert full_label(KIND_RUBY, iseq("price", "price", 1), PRICE) == "Product#price"
+    assert full_label(KIND_RUBY, iseq("block (2 levels) in price", "price", 2), PRICE) == \
+        "block (2 levels) in Product#price"
+
+
+def test_a_method_entry_of_another_method_never_lends_its_name():
+    # GIVEN a frame of in_stock? paired (by a read while the stack moved) with price's method entry
+    # THEN the frame keeps its own label, unqualified, rather than Product#price
+    assert full_label(KIND_RUBY, iseq("in_stock?", "in_stock?", 1), PRICE) == "in_stock?"
+    assert full_label(KIND_RUBY, iseq("block in in_stock?", "in_stock?", 2), PRICE) == "block in in_stock?"
+
+
+def test_an_eval_inside_a_method_keeps_the_method_name():
+    # eval ISeqs carry no method name to check against: Ruby names them after the method
+    assert full_label(KIND_RUBY, iseq("eval", "eval", 6), PRICE) == "Product#price"
