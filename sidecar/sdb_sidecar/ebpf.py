@@ -159,8 +159,8 @@ class EbpfSymbolizer:
         self._drain_budget = float("inf")        # ... and how many it may take before the governor looks
         self.lost = 0                            # records the probes dropped (ring buffer full)
         self.counts: Dict[str, int] = {}         # events per probe symbol
-        self._known: Dict[int, tuple] = {}       # addr -> the name last sent for it
-        self._encoded: Dict[int, int] = {}       # addr -> its instruction buffer (the map's value)
+        # addr -> (the name last sent for it, its instruction buffer: the left-right map's value)
+        self._known: Dict[int, Tuple[tuple, int]] = {}
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._bpf = None
@@ -243,7 +243,6 @@ class EbpfSymbolizer:
             self._batch_keys.append(addr)
             self._batch_vals.append(0)
         self._known.clear()
-        self._encoded.clear()
         self._publish()
 
     def _resume(self) -> None:
@@ -318,11 +317,10 @@ class EbpfSymbolizer:
         if h.flags & F_BASE_IS_LABEL:
             base_label = label
         info = (label, base_label, path, realpath, h.first_line, h.type)
-        if self._known.get(h.addr) == info:
+        if self._known.get(h.addr) == (info, h.addr2):
             return              # the binary loader hands out ISeqs it already loaded
         if not self._paused and h.time_ns >= self._trusted_from_ns and h.addr2 != 0:
-            self._known[h.addr] = info
-            self._encoded[h.addr] = h.addr2
+            self._known[h.addr] = (info, h.addr2)
             self._batch_keys.append(h.addr)
             self._batch_vals.append(h.addr2)
         # else: born while the probes were going or coming back (some may have missed a birth at
@@ -333,19 +331,16 @@ class EbpfSymbolizer:
 
     def _unname(self, addr: int) -> None:
         """What eBPF named at addr no longer holds: value 0 tells the sampler to read it remotely."""
-        self._encoded.pop(addr, None)
         if self._known.pop(addr, None) is not None:
             self._batch_keys.append(addr)
             self._batch_vals.append(0)
 
     def _moved(self, old: int, new: int, t_ns: int) -> None:
-        info = self._known.pop(old, None)
-        encoded = self._encoded.pop(old, 0)
-        if info is not None and encoded:
-            self._known[new] = info
-            self._encoded[new] = encoded        # a move keeps the body and its instructions
+        known = self._known.pop(old, None)
+        if known is not None:
+            self._known[new] = known            # a move keeps the body and its instructions
             self._batch_keys.append(new)
-            self._batch_vals.append(encoded)
+            self._batch_vals.append(known[1])
         else:
             self._unname(new)       # an ISeq eBPF did not name moved over one it did
         self.records.append({"kind": "move", "addr": new, "from": old, "at_ns": t_ns})
