@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 
@@ -202,6 +202,18 @@ def run_sidecar(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 def run_symbolize(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     # --idle: these tests count every sample, blocked threads included
     return subprocess.run([*SYMBOLIZE, "--idle", *args], capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
+
+
+def run_bench_quick(results: Path, *only: str, timeout: float, extra: Sequence[str] = ()) \
+        -> subprocess.CompletedProcess:
+    """`benchmarks/run.py --quick --only NAME...` on the suite's Ruby, results (JSON) into `results`;
+    fails the test unless it succeeded. Speed is never judged from it."""
+    names = [a for name in only for a in ("--only", name)]
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "run.py"), "--ruby", SDB_RUBY,
+                        "--gem-home", SDB_GEM_HOME, "--quick", *names, "--results", str(results), *extra],
+                       capture_output=True, text=True, timeout=timeout, cwd=str(REPO), stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, f"benchmarks/run.py --quick failed ({r.returncode}):\n{r.stderr[-3000:]}"
+    return r
 
 
 @pytest.fixture

@@ -4,12 +4,10 @@ measured runs); only that each configuration is what it says and works."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO, SDB_GEM_HOME, SDB_RUBY, run_symbolize
+from conftest import run_bench_quick, run_symbolize
 
 pytestmark = pytest.mark.once  # the Rails app runs on Debian's Ruby only (Debian's Rails and puma)
 
@@ -21,11 +19,7 @@ MICRO_CONFIGS = ["none", "gem", "sdb 1 kHz", "sdb 10 kHz", "sdb 100 kHz", "stack
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "run.py"), "--ruby", SDB_RUBY,
-                        "--gem-home", SDB_GEM_HOME, "--quick", "--only", "rails_overhead", "--only", "cpu_micro",
-                        "--results", str(out), "--profiles", str(out / "profiles")],
-                       capture_output=True, text=True, timeout=170, cwd=str(REPO), stdin=subprocess.DEVNULL)
-    assert r.returncode == 0, f"benchmarks/run.py --quick failed ({r.returncode}):\n{r.stderr[-3000:]}"
+    r = run_bench_quick(out, "rails_overhead", "cpu_micro", timeout=170, extra=("--profiles", str(out / "profiles")))
     return r, out
 
 

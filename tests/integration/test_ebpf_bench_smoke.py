@@ -3,12 +3,10 @@ probed really reports the boot's ISeqs, and the governed one pauses. Speed is no
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO, SDB_GEM_HOME, SDB_RUBY
+from conftest import run_bench_quick
 
 from test_ebpf_symbolizer import ebpf_missing
 
@@ -18,11 +16,7 @@ pytestmark = [pytest.mark.once,
 
 def test_boot_symbolizer_quick_run_measures_every_configuration(tmp_path):
     # GIVEN/WHEN the quick run
-    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "run.py"), "--ruby", SDB_RUBY,
-                        "--gem-home", SDB_GEM_HOME, "--quick", "--only", "boot_symbolizer",
-                        "--results", str(tmp_path)],
-                       capture_output=True, text=True, timeout=170, cwd=str(REPO), stdin=subprocess.DEVNULL)
-    assert r.returncode == 0, f"benchmarks/run.py --quick failed ({r.returncode}):\n{r.stderr[-3000:]}"
+    r = run_bench_quick(tmp_path, "boot_symbolizer", timeout=170)
     with open(tmp_path / "boot_symbolizer-quick.json") as f:
         doc = json.load(f)
     rows = {row["mode"]: row for row in doc["rows"]}
@@ -43,11 +37,7 @@ def test_boot_symbolizer_quick_run_measures_every_configuration(tmp_path):
 
 def test_ebpf_pause_cost_quick_run_measures_both_sides(tmp_path):
     # GIVEN/WHEN the quick run of the pause-cost benchmark
-    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "run.py"), "--ruby", SDB_RUBY,
-                        "--gem-home", SDB_GEM_HOME, "--quick", "--only", "ebpf_pause_cost",
-                        "--results", str(tmp_path)],
-                       capture_output=True, text=True, timeout=120, cwd=str(REPO), stdin=subprocess.DEVNULL)
-    assert r.returncode == 0, f"benchmarks/run.py --quick failed ({r.returncode}):\n{r.stderr[-3000:]}"
+    r = run_bench_quick(tmp_path, "ebpf_pause_cost", timeout=120)
     with open(tmp_path / "ebpf_pause_cost-quick.json") as f:
         doc = json.load(f)
     rows = {(row["side"], row["what"]): row for row in doc["rows"]}
