@@ -78,8 +78,13 @@ BPF_PERCPU_ARRAY(scratch, struct event, 1);
  * it (a wake-up per ISeq costs the app more than the probe itself). */
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
 BPF_PERCPU_ARRAY(dropped, u64, 1);         /* records that did not fit */
-/* [0]: ISeq records sent so far; [1]: the count at which to wake the reader (0: never). Set by the sidecar. */
-BPF_ARRAY(budget, u64, 2);
+/* [0]: ISeq records sent so far; [1]: the count at which the governor's budget is spent (0: never);
+ * [2]: non-zero (the time of the decision) from a pause's start until the creation probes are attached
+ * again: hits meanwhile send nothing and cost only the trap. The record that reaches [1] sets [2]
+ * itself and wakes the reader, so a burst stops costing the app the moment it overdraws the budget,
+ * not a wake-up and a poll later; the sidecar then takes the probes out. The sidecar sets [1], and
+ * [2] for a pause it decides itself or to resume. */
+BPF_ARRAY(budget, u64, 3);
 
 static __always_inline void emit(void *data, u64 size, u64 flags)
 {
@@ -173,10 +178,16 @@ static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe, u64 iseq
     u64 b[BODY_WORDS];              /* the body's first words, type to first_lineno: one read */
     struct event *ev;
 
+    u32 two = 2;
+    u64 *paused;
+
     if ((bpf_get_current_pid_tgid() >> 32) != TARGET_TGID)
         return 0;
     if (iseq == 0)
         return 0;
+    paused = budget.lookup(&two);
+    if (paused && *paused)
+        return 0;                   /* paused: the probe is being detached */
     ev = scratch.lookup(&zero);
     if (!ev)
         return 0;
@@ -240,8 +251,13 @@ send:
     {
         u32 one = 1;
         u64 *sent = budget.lookup(&zero), *wake_at = budget.lookup(&one), wake = BPF_RB_NO_WAKEUP;
-        if (sent && wake_at && __sync_fetch_and_add(sent, 1) + 1 == *wake_at)
+        if (sent && wake_at && __sync_fetch_and_add(sent, 1) + 1 == *wake_at) {
             wake = BPF_RB_FORCE_WAKEUP;
+            u32 two2 = 2;
+            u64 *p = budget.lookup(&two2);
+            if (p)
+                *p = ev->h.time_ns + 1;     /* records born after this one are not sent */
+        }
         emit(ev, sizeof(struct event_hdr) + off, wake);
     }
     return 0;
@@ -266,5 +282,6 @@ int iseq_moved(struct pt_regs *ctx)
     return 0;
 }
 
-/* One entry point per creating probe, so an event says which probe named it. */
+/* One entry point per creating probe, so an event says which probe named it (two in fact: one for a
+ * uprobe_multi link, one for a perf event; see ebpf.py). */
 PROBE_FUNCTIONS

@@ -14,10 +14,12 @@ names everything.
 
 The cost is bounded (`Governor`): a probe costs the app ~2 us per ISeq, so when the creation probes
 fire faster than `max_rate` events per second (bursts of a tenth of a second's worth allowed) they
-are detached (a pause: ISeqs born then are named by remote reads at first sight) and attached again
-after a backoff. A pause makes every name eBPF gave earlier uncertain (the address may have been
-freed and reused by an ISeq no probe saw): those addresses are marked 0 in the left-right map, and
-`attached_throughout` tells the Drainer which names still hold.
+stop sending (the program sets its own pause flag at the record that spends the budget) and are
+taken out (a pause: ISeqs born then are named by remote reads at first sight), then attached again
+after a backoff. They are uprobe_multi links where the kernel has them, taken out without stalling
+the app (`uprobe_link`). A pause makes every name eBPF gave earlier uncertain (the address may have
+been freed and reused by an ISeq no probe saw): those addresses are marked 0 in the left-right map,
+and `attached_throughout` tells the Drainer which names still hold.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from collections import deque
 from pathlib import Path
 from typing import Deque, Dict, List, Optional, Tuple
 
-from . import probes
+from . import _leftright, probes, uprobe_link
 
 BPF_SOURCE = Path(__file__).resolve().parent.parent.parent / "bpf" / "iseq_events.c"
 NA = 0xFFFF
@@ -65,15 +67,17 @@ class Governor:
         self.resumed_at: Optional[float] = None
         self.rate = 0.0                 # events per second over the last poll
 
-    def attached(self, now: float, events: int) -> bool:
-        """`events` came in since the last call, probes attached. True: pause now."""
+    def attached(self, now: float, events: int, spent: bool = False) -> bool:
+        """`events` came in since the last call, probes attached. True: pause now. `spent`: the
+        probes found the budget spent themselves (they stopped at the record that reached
+        `wake_at`): pause, whatever a refill since the last call would allow."""
         dt = max(now - self.last, 1e-6)
         self.rate = events / dt
         self.last = now
         if self.max_rate <= 0:
             return False
         self.tokens = min(self.capacity, self.tokens + dt * self.max_rate) - events
-        if self.tokens >= 0:
+        if self.tokens >= 0 and not spent:
             return False
         if self.resumed_at is not None and now - self.resumed_at < QUIET_S:
             self.backoff = min(self.backoff * 2, BACKOFF_MAX_S)
@@ -81,6 +85,13 @@ class Governor:
             self.backoff = BACKOFF_MIN_S
         self.paused_until = now + self.backoff
         return True
+
+    def wake_at(self, sent: int, poll_s: float) -> int:
+        """The count of records sent at which the budget is spent, allowing for the refill until the
+        next poll (0: never)."""
+        if self.max_rate <= 0:
+            return 0
+        return sent + int(max(self.tokens, 0) + self.max_rate * poll_s) + 1
 
     def resume_due(self, now: float) -> bool:
         return self.paused_until is not None and now >= self.paused_until
@@ -165,6 +176,10 @@ class EbpfSymbolizer:
         self._thread: Optional[threading.Thread] = None
         self._bpf = None
         self.obj: Optional[probes.RubyObject] = None
+        self._creator_links: List[uprobe_link.UprobeLink] = []
+        self._creator_events: List[bytes] = []
+        self._link_progs: Optional[List[int]] = None
+        self._warm_target: Optional[Tuple[str, int]] = None
 
     # ------------------------------------------------------------ setup
     def start(self) -> None:
@@ -176,15 +191,29 @@ class EbpfSymbolizer:
             raise EbpfUnavailable(str(e)) from None
         creators = self.obj.creators
         src = BPF_SOURCE.read_text()
-        entry = "".join(f"int iseq_created_{i}(struct pt_regs *ctx) {{ return iseq_created(ctx, {i}, "
+        # two entry points per probe: one for a uprobe_multi link (the programs are loaded for that
+        # attach type), one for bcc's perf-event attach where the kernel has no such links
+        entry = "".join(f"int iseq_created{kind}_{i}(struct pt_regs *ctx) {{ return iseq_created(ctx, {i}, "
                         f"{'PT_REGS_PARM1(ctx)' if p.entry else 'PT_REGS_RC(ctx)'}); }}\n"
-                        for i, p in enumerate(creators))
+                        for i, p in enumerate(creators) for kind in ("", "_link"))
         src = src.replace("\nPROBE_FUNCTIONS\n", "\n" + entry)
         try:
             self._bpf = BPF(text=src, cflags=bpf_cflags(self.layout, self.pid))
         except Exception as e:  # bcc raises a bare Exception for a failed compile or load
             raise EbpfUnavailable(f"the eBPF program did not load: {str(e).splitlines()[0] if str(e) else e}") \
                 from None
+        try:
+            self._warm_target = (_leftright.__file__, probes.symbol_offset(_leftright.__file__,
+                                                                           "PyInit__leftright"))
+        except (OSError, probes.ProbeError, ImportError):
+            self._warm_target = None
+        try:
+            self._link_progs: Optional[List[int]] = [
+                self._bpf.load_func(f"iseq_created_link_{i}", BPF.KPROBE,
+                                    attach_type=uprobe_link.BPF_TRACE_UPROBE_MULTI).fd
+                for i in range(len(creators))]
+        except Exception:
+            self._link_progs = None             # a kernel before 6.6: bcc's perf-event probes
         try:
             self._attach_creators()
             if self.obj.mover is not None:
@@ -201,39 +230,73 @@ class EbpfSymbolizer:
         self._thread.start()
 
     def _attach_creators(self) -> None:
+        """The creation probes, as uprobe_multi links where the kernel has them (they come out without
+        stalling the app: see uprobe_link), else as bcc's perf events."""
+        self._set_paused_flag(0)
+        self._creator_links: List[uprobe_link.UprobeLink] = []
         self._creator_events: List[bytes] = []   # bcc's names of their perf events, to detach them
+        if self._link_progs is not None:
+            try:
+                for p, prog in zip(self.obj.creators, self._link_progs):
+                    self._creator_links.append(uprobe_link.UprobeLink(self.obj.open_path, p.offset, self.pid, prog,
+                                                                      retprobe=not p.entry))
+                return
+            except OSError:
+                for link in self._creator_links:
+                    link.close()
+                self._creator_links = []
+                self._link_progs = None         # links refused: perf events from now on
         for i, p in enumerate(self.obj.creators):
             attach = self._bpf.attach_uprobe if p.entry else self._bpf.attach_uretprobe
             before = set(self._bpf.uprobe_fds)
             attach(name=self.obj.open_path, addr=p.vaddr, fn_name=f"iseq_created_{i}", pid=self.pid)
             self._creator_events += [ev for ev in self._bpf.uprobe_fds if ev not in before]
 
+    def _set_paused_flag(self, value: int) -> None:
+        """0: the probes send; otherwise (a pause's start time) they send nothing."""
+        budget = self._bpf["budget"]
+        budget[budget.Key(2)] = budget.Leaf(value)
+
     def _detach_creators(self) -> None:
-        """Detach the creation probes, all at once: closing a uprobe's event removes its breakpoint
-        at once, then waits ~0.18 s in the kernel (measured on 6.18), so each is closed in a thread
-        of its own. By event name: bcc's detach by address would first resolve the ELF (ms)."""
+        """Take the creation probes out while the app may be hitting them hard (a pause: it is over
+        budget). First the program's pause flag (hits until the breakpoint is gone cost only the
+        trap), then a warm-up probe (see uprobe_link.warm: the kernel's grace period is paid where
+        nobody waits), then every probe at once: the breakpoints come out within a millisecond, and
+        each close then waits ~0.1-0.2 s in the kernel, in a thread of its own, as does the warm-up
+        probe's. bcc's events are detached by name (by address, bcc would first resolve the ELF)."""
+        budget = self._bpf["budget"]
+        if budget[budget.Key(2)].value == 0:
+            self._set_paused_flag(time.monotonic_ns())
+        links, self._creator_links = self._creator_links, []
+        events, self._creator_events = self._creator_events, []
+        if not links and not events:
+            return
+        warm_fd = uprobe_link.warm(*self._warm_target) if self._warm_target else None
+
         def detach(ev):
             try:
                 self._bpf.detach_uprobe_event(ev)
             except Exception:
                 pass        # not attached (a resume that failed half-way), or the target is gone
-        events, self._creator_events = self._creator_events, []
-        threads = [threading.Thread(target=detach, args=(ev,), name="sdb-ebpf-detach") for ev in events]
+        jobs = [(link.close, ()) for link in links] + [(detach, (ev,)) for ev in events]
+        if warm_fd is not None:
+            jobs.append((os.close, (warm_fd,)))
+        threads = [threading.Thread(target=f, args=a, name="sdb-ebpf-detach") for f, a in jobs]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
 
     # ------------------------------------------------------------ the governor
-    def _pause(self) -> None:
+    def _pause(self, start_ns: int = 0) -> None:
         """Detach the creation probes (gc_move stays: it costs nothing without compaction). ISeqs
-        born from now on are named by remote reads; what eBPF named before may be gone and its
-        address reused unseen, so every such address is marked 0 for the sampler (read remotely at
-        first sight) and forgotten for moves."""
+        born from start_ns (now, or when the probes stopped themselves) are named by remote reads;
+        what eBPF named before may be gone and its address reused unseen, so every such address is
+        marked 0 for the sampler (read remotely at first sight) and forgotten for moves."""
         g = self._governor
         with self._pause_lock:
             self._paused = True
-            start_ns = time.monotonic_ns()
+            start_ns = start_ns or time.monotonic_ns()
             self.pauses.append([start_ns, None])
         self.records.append({"kind": "pause", "at_ns": start_ns, "rate": round(g.rate),
                              "backoff_s": g.backoff})
@@ -365,10 +428,12 @@ class EbpfSymbolizer:
                 if self._paused:
                     if g.resume_due(now):
                         self._resume()
-                elif g.attached(now, events):
-                    self._pause()
-                # wake us when the next record overdraws the budget (0: never)
-                wake = sent + int(max(g.tokens, 0)) + 1 if (not self._paused and g.max_rate > 0) else 0
+                else:
+                    stopped_at = budget[budget.Key(2)].value     # the probes spent the budget: paused
+                    if g.attached(now, events, spent=stopped_at != 0):
+                        self._pause(stopped_at)
+                # the record that spends the budget stops the probes and wakes us (0: never)
+                wake = g.wake_at(sent, POLL_S) if not self._paused else 0
                 budget[budget.Key(1)] = budget.Leaf(wake)
             except Exception:
                 if self._stop.is_set():
@@ -405,6 +470,10 @@ class EbpfSymbolizer:
             except Exception:
                 pass
         if self._bpf is not None:
+            try:
+                self._detach_creators()         # first, without stalling a live target
+            except Exception:
+                pass
             self._bpf.cleanup()
             self._bpf = None
 
@@ -417,5 +486,6 @@ class EbpfSymbolizer:
             pauses = len(self.pauses)
         return {"object": o.path, "probes": [p.symbol for p in o.creators],
                 "mover": o.mover.symbol if o.mover else None, "not_probeable": list(o.missing),
+                "attach": "uprobe_multi" if self._link_progs is not None else "perf_event",
                 "events": dict(self.counts), "lost": self.lost, "max_rate": self.max_rate,
                 "pauses": pauses, "paused_s": round(paused_ns / 1e9, 3)}

@@ -43,6 +43,7 @@ class Probe:
     vaddr: int         # its address in the ELF file (before loading)
     table: str         # ".dynsym" or ".symtab"
     entry: bool = False  # True: a uprobe, the ISeq is the first argument; False: a uretprobe, it is returned
+    offset: int = 0    # its offset in the file (what the kernel's uprobe takes)
 
 
 @dataclass
@@ -85,6 +86,25 @@ def _func_symbols(elf, section_name: str, wanted) -> Dict[str, int]:
     return out
 
 
+def file_offset(elf, vaddr: int) -> int:
+    """The file offset of an address of the ELF's image: through the loadable segment holding it."""
+    for seg in elf.iter_segments():
+        if seg["p_type"] == "PT_LOAD" and seg["p_vaddr"] <= vaddr < seg["p_vaddr"] + seg["p_filesz"]:
+            return vaddr - seg["p_vaddr"] + seg["p_offset"]
+    raise ProbeError(f"address {vaddr:#x} lies in no loadable segment")
+
+
+def symbol_offset(path: str, name: str) -> int:
+    """The file offset of a function exported by the ELF file at path."""
+    from elftools.elf.elffile import ELFFile
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        found = _func_symbols(elf, ".dynsym", lambda n: n == name)
+        if name not in found:
+            raise ProbeError(f"{path} exports no function {name}")
+        return file_offset(elf, found[name])
+
+
 def _wanted(name: str) -> bool:
     if name in CREATORS or name == MOVER or name == COMPLETION:
         return True
@@ -116,20 +136,21 @@ def find_ruby_object(pid: int) -> RubyObject:
                 if has_symtab:
                     for n, a in _func_symbols(elf, ".symtab", _wanted).items():
                         found.setdefault(n, (a, ".symtab"))
-        except (OSError, ELFError):
+                offsets = {n: file_offset(elf, a) for n, (a, _) in found.items()}
+        except (OSError, ELFError, ProbeError):
             continue
         obj = RubyObject(path=path, open_path=open_path, has_symtab=has_symtab)
         if COMPLETION in found:
-            obj.creators.append(Probe(COMPLETION, *found[COMPLETION], entry=True))
+            obj.creators.append(Probe(COMPLETION, *found[COMPLETION], entry=True, offset=offsets[COMPLETION]))
         for name in CREATORS:
             if COMPLETION in found and name in COVERED_BY_COMPLETION:
                 continue
             if name in found:
-                obj.creators.append(Probe(name, *found[name]))
+                obj.creators.append(Probe(name, *found[name], offset=offsets[name]))
             else:
                 obj.missing.append(name)
         movers = sorted(n for n in found if n == MOVER or n.startswith(MOVER + "."))
         if movers:
-            obj.mover = Probe(movers[0], *found[movers[0]])
+            obj.mover = Probe(movers[0], *found[movers[0]], offset=offsets[movers[0]])
         return obj
     raise ProbeError(f"no mapped file of process {pid} exports {ANCHOR} (is it Ruby?)")

@@ -90,3 +90,30 @@ def test_burst_pauses_the_probes_and_slow_creation_is_probed_again(ruby_target, 
         assert m["born0"] <= recs[0]["at_ns"] <= m["born1"]
         assert not any(s <= recs[0]["at_ns"] <= e for s, e in pauses)
     assert sum(counts.values()) > 0, counts
+
+
+
+def test_taking_the_probes_out_never_puts_the_app_to_sleep(ruby_target, sidecar_process, tmp_path):
+    # GIVEN a Ruby app recorded with eBPF at a budget of 200 ISeqs/s: every resume meets the burst
+    # below and pauses again at once (the kernel used to take a busy uprobe out while holding the
+    # lock each hit takes, for an RCU grace period: the app slept 10-30 ms at every pause)
+    target = ruby_target("eval_burst.rb")
+    out = tmp_path / "trace.msgpack"
+    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "30", "-q",
+                              "--ebpf-max-rate", "200")
+    wait_for(lambda: samples_so_far(out) > 0 or sidecar.poll() is not None, 20, what="first samples")
+    assert sidecar.poll() is None, sidecar.communicate()[1]
+    # WHEN it creates ISeqs without pause for 2.5 s (pauses at once, at +0.5 s and at +1.5 s)
+    target.send("burst 2.5\n")
+    burst = json.loads(target.wait_for_line("burst ", timeout=30)[6:])
+    sidecar.send_signal(2)
+    _, err = sidecar.communicate(timeout=30)
+    assert sidecar.returncode == 0, err
+    ebpf = read_trace(out).end["ebpf"]
+    # THEN the probes were taken out at least 3 times, and the app's thread slept less than 4 ms per
+    # pause in all (measured: 0.5-4.2 ms over 3 pauses, from the moments the kernel holds the app's
+    # memory map to write a breakpoint out, and the sidecar's remote reads of the ISeqs born during
+    # the pauses, which hold it too; 31-35 ms before the probes came out without a kernel wait)
+    assert ebpf["pauses"] >= 3, ebpf
+    assert burst["slept_ns"] < 4_000_000 * ebpf["pauses"], \
+        f"the app slept {burst['slept_ns'] / 1e6:.1f} ms during {ebpf['pauses']} pauses"

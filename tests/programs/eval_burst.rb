@@ -1,7 +1,8 @@
 # ISeqs created in a burst far above the eBPF symbolizer's budget, then slowly. stdin:
 #   "burst SECONDS\n": evals methods sdb_burst_<i> one eval each for SECONDS, then runs 20 of them
 #      spread over the burst (20 ms each); prints "burst {json}": per method run, its name and the
-#      monotonic window (ns, the samples' clock) in which it was created
+#      monotonic window (ns, the samples' clock) in which it was created, and "slept_ns": how long
+#      this thread slept (off CPU, not waiting for one) while it created them
 #   "slow\n": evals 5 methods sdb_slow_<i>, one every 0.1 s, then runs each (50 ms); prints "slow {json}"
 require "sdb"
 require "json"
@@ -10,6 +11,12 @@ $stdout.sync = true
 require_relative "spin"
 
 def now_ns = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
+
+# wall time minus time on a CPU minus time waiting for one: time asleep (schedstat is in ns)
+def asleep_ns
+  run, wait = File.read("/proc/thread-self/schedstat").split.map(&:to_i)
+  now_ns - run - wait
+end
 
 def define(name)
   t0 = now_ns
@@ -24,10 +31,12 @@ while (line = $stdin.gets)
   when "burst"
     finish = now_ns + (Float(arg) * 1e9).to_i
     born = []
+    slept = asleep_ns
     born << define("sdb_burst_#{born.size}") while now_ns < finish
+    slept = asleep_ns - slept
     picked = (0...20).map { |k| born[(born.size - 1) * k / 19] }
     picked.each { |m| send(m["name"], 0.02) }
-    puts "burst " + JSON.generate({ "count" => born.size, "ran" => picked })
+    puts "burst " + JSON.generate({ "count" => born.size, "ran" => picked, "slept_ns" => slept })
   when "slow"
     picked = (0...5).map { |k| m = define("sdb_slow_#{k}"); sleep 0.1; m }
     picked.each { |m| send(m["name"], 0.05) }

@@ -53,3 +53,20 @@ def test_pauses_back_off_while_the_burst_goes_on_and_reset_when_quiet():
 def test_max_rate_zero_never_pauses():
     g = Governor(0, now=0.0)
     assert not any(g.attached(POLL * (i + 1), 1_000_000) for i in range(100))
+
+
+def test_the_probes_stop_themselves_at_the_record_that_spends_the_budget_with_the_refill_to_the_next_poll():
+    g = Governor(5000, now=0.0)
+    # a full bucket (500) plus what flows in until the next poll (5,000/s x 20 ms): the 601st record
+    assert g.wake_at(sent=1000, poll_s=POLL) == 1000 + 500 + 100 + 1
+    assert not g.attached(POLL, 300)                                   # 500 (full again) - 300 left
+    assert g.wake_at(sent=1300, poll_s=POLL) == 1300 + 200 + 100 + 1
+    assert Governor(0, now=0.0).wake_at(sent=5, poll_s=POLL) == 0      # never paused: never stops
+
+
+def test_a_budget_the_probes_found_spent_pauses_even_if_the_refill_would_cover_it():
+    g = Governor(5000, now=0.0)
+    assert not g.attached(1.0, 450)                  # within the bucket after a second's refill
+    g = Governor(5000, now=0.0)
+    assert g.attached(1.0, 450, spent=True)          # but the probes already stopped: a pause
+    assert g.paused_until == pytest.approx(1.0 + BACKOFF_MIN_S)
