@@ -4,7 +4,8 @@ sidecar/sdb_sidecar/ebpf.py), on the sidecar and on the target.
 The target (programs/eval_loop.rb) evaluates methods without pause and counts them per 10 ms slice.
 This process (root, the sidecar's own code) attaches the symbolizer to it with every ISeq probed,
 then, CYCLES times: waits, detaches the creation probes as a pause does, waits, attaches them again.
-Sidecar side: wall and CPU time of a detach and of an attach (process CPU, all threads). Target side:
+Sidecar side: wall and CPU time of a detach and of an attach (process CPU, all threads but the
+reader, which drains its backlog of events all along). Target side:
 evals per 10 ms slice while attached, while detaching (the kernel is still closing the probes),
 detached, and while attaching, and the longest slice of each phase (a slice ends at the first eval
 after 10 ms: one eval that stalls makes it long). Needs a quiet machine: on a shared one, stalls of
@@ -24,9 +25,18 @@ NAME = "ebpf_pause_cost"
 PHASES = ("attached", "detaching", "detached", "attaching")
 
 
-def cpu_s() -> float:
+def cpu_s(reader_tid: int = 0) -> float:
+    """CPU seconds of this process (ended threads included), less the eBPF reader thread's: it drains
+    a backlog of events all along (every ISeq probed), which is not the cost of a pause."""
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+    reader = 0.0
+    if reader_tid:
+        try:
+            with open(f"/proc/self/task/{reader_tid}/schedstat") as f:
+                reader = int(f.read().split()[0]) / 1e9
+        except OSError:
+            pass
+    return r.ru_utime + r.ru_stime - reader
 
 
 def run(cfg) -> str:
@@ -51,15 +61,16 @@ def run(cfg) -> str:
             target.stdin.write("go\n")
             target.stdin.flush()
             time.sleep(0.5)
+            rt = sym._thread.native_id
             for _ in range(cycles):
                 time.sleep(wait_s)
-                c0, a = cpu_s(), time.monotonic_ns()
+                c0, a = cpu_s(rt), time.monotonic_ns()
                 sym._detach_creators()
-                c1, b = cpu_s(), time.monotonic_ns()
+                c1, b = cpu_s(rt), time.monotonic_ns()
                 time.sleep(wait_s)
-                c2, c = cpu_s(), time.monotonic_ns()
+                c2, c = cpu_s(rt), time.monotonic_ns()
                 sym._attach_creators()
-                c3, d = cpu_s(), time.monotonic_ns()
+                c3, d = cpu_s(rt), time.monotonic_ns()
                 marks.append((a, b, c, d))
                 det.append(((b - a) / 1e6, (c1 - c0) * 1e3))
                 att.append(((d - c) / 1e6, (c3 - c2) * 1e3))
