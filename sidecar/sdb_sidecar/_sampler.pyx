@@ -46,6 +46,7 @@ cdef extern from "<pthread.h>" nogil:
 
 cdef extern from "_sampler_util.h" nogil:
     uint64_t sdb_load_acquire_u64(const uint64_t *p)
+    void sdb_store_release_u64(uint64_t *p, uint64_t v)
     uint32_t sdb_load_relaxed_u32(const uint32_t *p)
     void sdb_fence_acquire()
     int sdb_load_flag(const int *p)
@@ -203,6 +204,8 @@ cdef enum:
 
 cdef enum:
     KSTATE_REFRESH_NS = 20000000
+    KV_ON_CPU = 1                   # the kernel view's word (bpf/thread_switches.c): tid << 32 |
+    KV_UNKNOWN = 2                  #   switch-ins << 2 | these two bits
     MAX_READ = 16777216        # read_memory's limit: 16 MiB
 
 cdef enum:
@@ -309,6 +312,8 @@ cdef struct Job:            # one thread being read in this tick
     uint8_t th[128]         # the span of rb_thread_t holding ec and status (when status is read)
     uint64_t switch_ins0    # 3.1: the thread's switch-in count before the read (0: not taken)
     int letter0             # 3.1: its kernel state letter, taken after switch_ins0, before the read
+    uint64_t kv0            # 3.1 with the kernel view: its word before the read
+    uint32_t kv_used        #   1: kv0 was taken (the view holds this thread)
     uint64_t read_ns        # when its control frames had been copied: the sample's time (read_jobs)
 
 cdef struct Req:            # one remote read, queued for run_reqs
@@ -342,6 +347,9 @@ cdef struct SlotCache:
     uint32_t asleep_state   #   blocked or waiting for the GVL (this state): its switch-in count was
     uint64_t switch_ins     #   this. While the count stays, the thread ran nothing: same stack.
     uint32_t was_idle       # the last read found the thread idle: check for sleep around the next one
+    uint32_t kv_tid         # 3.1, kernel view: the thread registered in it (0: none), and the word it
+    uint64_t kv_word        #   had before the last read, if that read was taken off CPU (see kv_*)
+    uint32_t kv_failed      #   1: another live thread holds its slot of the view: procfs for this one
     uint32_t idle_word      # the slot's state word before the last read, when that read was of
     uint32_t idle_valid     #   an idle thread (blocked / waiting for the GVL): 1
     uint64_t kstate_ns      # when it was read
@@ -542,6 +550,10 @@ cdef class Sampler:
     cdef readonly uint64_t gc_samples   # samples taken while their thread was in GC
     cdef Gathered g                      # outputs since the last drain
     cdef LeftRightMap named              # ISeqs the eBPF symbolizer named (None: no eBPF)
+    cdef uint64_t *kv                    # 3.1: the kernel view (kview.py), NULL without it
+    cdef uint32_t kv_mask
+    cdef readonly uint64_t kv_reads      # ticks' reads of it, and procfs reads (3.1), for the tests
+    cdef readonly uint64_t proc_reads
     # per slot
     cdef SlotCache *cache
     cdef uint32_t nslots
@@ -656,6 +668,28 @@ cdef class Sampler:
         r.iov_base = <void *>addr
         r.iov_len = n
         return process_vm_readv(self.pid, &l, 1, &r, 1, 0)
+
+    def use_kernel_view(self, size_t address, uint32_t slots):
+        """Ruby 3.1: read each thread's switch-in count and on-CPU bit from the kernel view mapped at
+        `address` (kview.KernelView: `slots` 64-bit words, a power of two) instead of procfs. The view
+        must stay mapped while this sampler runs. 0: back to procfs."""
+        cdef uint32_t i
+        if slots & (slots - 1):
+            raise ValueError("the kernel view's slot count must be a power of two")
+        pthread_mutex_lock(&self.mu)
+        self.kv = <uint64_t *>address
+        self.kv_mask = slots - 1 if address else 0
+        for i in range(self.nslots + 1):
+            self.cache[i].kv_tid = 0
+            self.cache[i].kv_failed = 0
+            self.cache[i].asleep = 0
+        pthread_mutex_unlock(&self.mu)
+
+    @property
+    def uses_thread_status(self):
+        """True on Ruby 3.1 (no GVL hooks): thread states and idle reuse come from the VM's thread
+        status and the kernel (procfs, or the kernel view)."""
+        return self.th_len != 0
 
     def use_named(self, LeftRightMap named):
         """ISeqs in `named` (written by the eBPF symbolizer) need no remote read at first sight."""
@@ -999,6 +1033,10 @@ cdef class Sampler:
                 job = &self.jobs[j]
                 if job.result == R_OK and job.from_status and job.state == STATE_RUNNING:
                     c = &self.cache[job.slot]
+                    if job.kv_used and (job.kv0 & KV_UNKNOWN) == 0:
+                        # the kernel view: on a CPU, it runs; off, it waits (for the GVL, or the CPU)
+                        job.state = STATE_RUNNING if job.kv0 & KV_ON_CPU else STATE_GVL_WAIT
+                        continue
                     if self.tick_ns - c.kstate_ns >= KSTATE_REFRESH_NS or c.kstate == 0:
                         # a thread's kernel state changes at GVL hand-offs (a 100 ms time slice
                         # under contention): re-read it at most every 20 ms
@@ -1428,6 +1466,7 @@ cdef class Sampler:
                 fd[0] = -1                     # never again for this thread
         if fd[0] <= 0:
             return 0
+        self.proc_reads += 1
         return pread(fd[0] - 1, buf, cap - 1, 0)
 
     cdef uint64_t switch_ins(self, SlotCache *c, uint32_t tid) noexcept nogil:
@@ -1445,6 +1484,29 @@ cdef class Sampler:
                 v = v * 10 + <uint64_t>(buf[i] - 48)
         return v
 
+    cdef int kv_holds(self, SlotCache *c, uint32_t tid) noexcept nogil:
+        """1 when the kernel view holds thread tid (registered now if need be: its word then reads
+        unknown until the thread's next switch). 0: no view, or another live thread holds the slot."""
+        cdef uint64_t *w
+        cdef uint64_t v
+        cdef uint32_t owner, i
+        if self.kv == NULL or c.kv_failed or tid == 0:
+            return 0
+        w = &self.kv[tid & self.kv_mask]
+        v = sdb_load_acquire_u64(w)
+        if c.kv_tid == tid and (v >> 32) == tid:
+            return 1
+        owner = <uint32_t>(v >> 32)
+        if owner != 0 and owner != tid:
+            for i in range(self.hwm):
+                if self.cache[i].kv_tid == owner and &self.cache[i] != c:
+                    c.kv_failed = 1          # a live thread of ours holds it: procfs for this one
+                    return 0
+        sdb_store_release_u64(w, (<uint64_t>tid << 32) | KV_UNKNOWN)
+        c.kv_tid = tid
+        c.asleep = 0
+        return 1
+
     cdef int still_asleep(self, Job *job) noexcept nogil:
         """3.1: 1 when the thread's last read was taken asleep and it has not been switched in since
         (job.state is then that read's state). Otherwise prepares job for the checks of note_asleep."""
@@ -1452,8 +1514,21 @@ cdef class Sampler:
         cdef uint64_t now_count
         job.switch_ins0 = 0
         job.letter0 = 0
+        job.kv_used = 0
         if job.state != STATE_UNKNOWN or not self.th_len or not c.has_prev:
             return 0                         # Ruby >= 3.2 (the gem's run count does this), or no stack yet
+        if self.kv_holds(c, job.tid):
+            # the kernel view: a thread read while off CPU whose word is unchanged was not put on a
+            # CPU since, whatever its state (blocked, waiting for the GVL, or preempted)
+            self.kv_reads += 1
+            now_count = sdb_load_acquire_u64(&self.kv[job.tid & self.kv_mask])
+            if c.asleep and now_count == c.kv_word:
+                job.state = c.asleep_state
+                return 1
+            c.asleep = 0
+            job.kv0 = now_count
+            job.kv_used = 1
+            return 0
         if not c.asleep and not c.was_idle:
             return 0                         # running last time: read it, no syscalls spent on it
         now_count = self.switch_ins(c, job.tid)
@@ -1473,6 +1548,15 @@ cdef class Sampler:
             return
         c.was_idle = idle
         c.asleep = 0
+        if job.kv_used:
+            # off CPU (and known) before the read, and not put on a CPU until after it: the stack read
+            # is the thread's stack until its word changes
+            if (job.result == R_OK and (job.kv0 & (KV_ON_CPU | KV_UNKNOWN)) == 0 and (job.kv0 >> 32) == job.tid
+                    and sdb_load_acquire_u64(&self.kv[job.tid & self.kv_mask]) == job.kv0):
+                c.asleep = 1
+                c.asleep_state = job.state
+                c.kv_word = job.kv0
+            return
         if idle and job.switch_ins0 != 0 and (job.letter0 == 83 or job.letter0 == 68) \
                 and self.switch_ins(c, job.tid) == job.switch_ins0:       # 'S', 'D'
             c.asleep = 1
@@ -1528,6 +1612,8 @@ cdef class Sampler:
         c.kstate = 0
         c.asleep = 0
         c.was_idle = 0
+        c.kv_tid = 0
+        c.kv_failed = 0
 
     cdef int take_slot(self, uint32_t idx, uint64_t now, Job *job) noexcept nogil:
         """Copies slot idx under its seqlock into job; thread events on changes. 0: nothing to sample."""

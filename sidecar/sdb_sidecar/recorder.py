@@ -14,6 +14,7 @@ from sdb_trace import TraceWriter
 
 from . import __version__, _leftright, _sampler
 from .ebpf import DEFAULT_MAX_RATE, EbpfSymbolizer, EbpfUnavailable
+from .kview import KernelView
 from .errors import Exit, SdbError
 from .symbols import RemoteReadError, RemoteRuby
 from .target import Target, check_readable, permission_error
@@ -151,6 +152,38 @@ def start_ebpf(target: Target, sampler: "_sampler.Sampler", max_rate: float = DE
     return sym
 
 
+def start_kernel_view(target: Target, sampler: "_sampler.Sampler", notice: bool) -> Optional[KernelView]:
+    """Ruby 3.1: the kernel view of the target's threads (kview.py) for the sampler, or None (with
+    one notice if `notice`: when eBPF itself is missing, the symbolizer's notice said so)."""
+    if not sampler.uses_thread_status:
+        return None                     # Ruby >= 3.2: the gem's GVL hooks tell the sampler
+    kv = KernelView(target.pid)
+    try:
+        kv.start()
+    except EbpfUnavailable as e:
+        if notice:
+            sys.stderr.write(f"sdb: notice: no kernel view of the threads ({e}); the sampler asks procfs\n")
+        return None
+    sampler.use_kernel_view(kv.address, kv.slots)
+    return kv
+
+
+def stop_kernel_view(sampler: "_sampler.Sampler", kv: Optional[KernelView], sampler_thread) -> None:
+    """Unmap the kernel view once the sampler can no longer read it (a stalled sampler thread keeps
+    it: the process's exit takes it away)."""
+    if kv is None or sampler_thread.is_alive():
+        return
+    sampler.use_kernel_view(0, 0)
+    kv.close()
+
+
+def threads_from(sampler: "_sampler.Sampler", kv: Optional[KernelView]) -> str:
+    """What told the sampler which threads ran: the gem (Ruby >= 3.2), the kernel view, or procfs."""
+    if not sampler.uses_thread_status:
+        return "gem"
+    return "kernel_view" if kv is not None else "procfs"
+
+
 def record(target: Target, out_path: str, rate_hz: float, duration_s: float, quiet: bool,
            max_depth: int = 2048, status_stream=None, on_signal=None, ebpf: bool = True,
            ebpf_max_rate: float = DEFAULT_MAX_RATE) -> dict:
@@ -170,6 +203,7 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
         raise
     # eBPF first (its compile takes a second): the header's start is when sampling starts
     symbolizer = start_ebpf(target, sampler, ebpf_max_rate) if ebpf else None
+    kernel_view = start_kernel_view(target, sampler, notice=symbolizer is not None) if ebpf else None
     writer = TraceWriter(out, {
         "pid": target.pid, "ruby": target.info["ruby"], "ruby_description": target.info["ruby_description"],
         "layout": target.info["layout"], "rate_hz": rate_hz, "start_mono_ns": _sampler.monotonic_ns(),
@@ -218,6 +252,7 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
         if symbolizer is not None:
             symbolizer.close()
             drainer.drain_ebpf()
+        stop_kernel_view(sampler, kernel_view, thread)
     stats = sampler.stats()
     why = result[0] if result else "stopped"
     if stalled:
@@ -231,7 +266,8 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
     counts = {"at_ns": _sampler.monotonic_ns(), "reason": why, "ticks": stats["ticks"], "late": stats["late"],
               "missed": stats["missed"], "samples": stats["samples"], "torn": stats["torn"], "retried": stats["retried"], "reused": stats["reused"],
               "errors": stats["errors"], "threads": stats["threads"], "symbol_errors": drainer.symbol_errors,
-              "ebpf": symbolizer.summary() if symbolizer is not None else None}
+              "ebpf": symbolizer.summary() if symbolizer is not None else None,
+              "threads_from": threads_from(sampler, kernel_view)}
     writer.end(**counts)
     out.close()
     # our handlers stay until the end record is written: a Ctrl-C while closing only marks it interrupted

@@ -1,21 +1,28 @@
 """A blocked thread's stack is reused without a read only while it cannot have changed.
 
 On Ruby >= 3.2 the gem counts each thread's GVL acquisitions: a thread still blocked with the same
-count ran no Ruby since its last read. A thread that wakes, moves to another method and blocks again
-took the GVL in between, so its new stack must be read."""
+count ran no Ruby since its last read. On 3.1 the kernel counts its switch-ins instead (the kernel
+view, bpf/thread_switches.c, where eBPF can be used; procfs otherwise): a thread read while off a CPU
+and not switched in since ran nothing. A thread that wakes, moves to another method and blocks again
+took the GVL (and a CPU) in between, so its new stack must be read."""
 from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from conftest import read_trace, run_sidecar
+from test_ebpf_symbolizer import ebpf_missing
 
 
-def test_sleeper_alternating_between_two_methods_shows_both_in_equal_shares(ruby_target, tmp_path):
+@pytest.mark.parametrize("ebpf", [True, False], ids=["default", "no-ebpf"])
+def test_sleeper_alternating_between_two_methods_shows_both_in_equal_shares(ruby_target, tmp_path, ebpf):
     # GIVEN a thread sleeping 20 ms alternately in nap_in_a and nap_in_b
     target = ruby_target("alternating_sleeper.rb")
     out = tmp_path / "trace.msgpack"
-    # WHEN it is recorded for 2 s at 1 kHz
-    r = run_sidecar("attach", "--pid", str(target.pid), "-d", "2", "-o", str(out), "--quiet")
+    # WHEN it is recorded for 2 s at 1 kHz (with eBPF where the machine has it, and without)
+    r = run_sidecar("attach", "--pid", str(target.pid), "-d", "2", "-o", str(out), "--quiet",
+                    *([] if ebpf else ["--no-ebpf"]))
     assert r.returncode == 0, r.stderr
     trace = read_trace(out)
     serial = trace.serial_named("alternating")
@@ -28,7 +35,10 @@ def test_sleeper_alternating_between_two_methods_shows_both_in_equal_shares(ruby
     assert total > 1500, seen
     assert 0.35 < seen["a"] / total < 0.65, seen
     assert 0.35 < seen["b"] / total < 0.65, seen
-    # AND where the gem keeps thread states (Ruby >= 3.2), most of those samples needed no read
+    # AND where the gem keeps thread states (Ruby >= 3.2), or the kernel view does (3.1 with eBPF),
+    # most of those samples needed no read
     ruby = tuple(int(x) for x in trace.header["ruby"].split(".")[:2])
-    if ruby >= (3, 2):
+    expected = "gem" if ruby >= (3, 2) else "procfs" if ebpf_missing() or not ebpf else "kernel_view"
+    assert trace.end["threads_from"] == expected, trace.end
+    if expected != "procfs":
         assert trace.end["reused"] > 0.5 * total, trace.end
