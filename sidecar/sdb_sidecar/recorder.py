@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import sys
@@ -279,7 +280,23 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
     return counts
 
 
+_PIDFDS: dict = {}
+
+
 def _alive(pid: int) -> bool:
+    """The process still runs (not gone, not a zombie). Asked ten times a second: through a pidfd
+    (readable once the process has exited: one poll, ~1 us) where the kernel has them; else kill(0)
+    and its state letter in /proc/PID/stat (~100 us with 8 threads: the kernel sums them all)."""
+    fd = _PIDFDS.get(pid)
+    if fd is None and hasattr(os, "pidfd_open"):
+        try:
+            fd = _PIDFDS[pid] = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            fd = _PIDFDS[pid] = -1          # no pidfds here (or not allowed): the slow way
+    if fd is not None and fd >= 0:
+        return not select.select([fd], [], [], 0)[0]
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
