@@ -7,6 +7,9 @@ Two ways, in the same process, on the same target, with the Python API:
   tight  sample_once() back to back, no sleep (raw throughput).
 Cost per sample = read_ns_total / samples (time inside ticks, all threads,
 retries of torn reads included). For tight, wall time per sample too.
+As `sdb-sidecar attach` does, the sampler learns which threads ran from the gem (Ruby >= 3.2) or, on
+3.1, from the kernel view where eBPF can be used (procfs otherwise): a thread that did not run since
+its last read costs no read (a parked thread; a busy one waiting for the GVL off its CPU).
 Configurations are interleaved: every round runs every (mode, depth) once."""
 from __future__ import annotations
 
@@ -77,10 +80,13 @@ def tight(sampler, meter, seconds) -> dict:
 
 def one(cfg, mode: str, depth: int, threads: int, rate: float, paced_s: float, tight_s: float) -> dict:
     from sdb_sidecar import _sampler
+    from sdb_sidecar.recorder import start_kernel_view, threads_from
     from sdb_sidecar.target import open_target
     with common.ruby_target(cfg, "stacks.rb", threads, depth, mode) as p:
         t = open_target(p.pid)
         s = _sampler.Sampler(t.registry, p.pid, rate, 2048)
+        kv = start_kernel_view(t, s, notice=False)
+        source = threads_from(s, kv)
         m = Meter(s)
         for _ in range(20):            # first reads intern frames and read ISeq headers: not steady state
             s.sample_once()
@@ -89,11 +95,15 @@ def one(cfg, mode: str, depth: int, threads: int, rate: float, paced_s: float, t
         pr = paced(s, m, rate, paced_s)
         frames = m.frames_per_sample()
         tr = tight(s, m, tight_s)
+        if kv is not None:
+            s.use_kernel_view(0, 0)
+            kv.close()
     us = lambda d: d["read_ns_total"] / d["samples"] / 1e3 if d["samples"] else float("nan")
     return {"paced_us": us(pr), "tight_us": us(tr), "tight_wall_us": tr["wall_s"] * 1e6 / max(1, tr["samples"]),
             "frames": frames, "paced_samples": pr["samples"], "paced_ticks": pr["ticks"],
             "rate_hz": pr["ticks"] / paced_s, "torn": pr["torn"] + tr["torn"], "retried": pr["retried"] + tr["retried"],
-            "tight_samples": tr["samples"], "threads_per_tick": pr["samples"] / max(1, pr["ticks"])}
+            "tight_samples": tr["samples"], "threads_per_tick": pr["samples"] / max(1, pr["ticks"]),
+            "threads_from": source}
 
 
 def run(cfg) -> str:
@@ -129,10 +139,10 @@ def run(cfg) -> str:
             table_rows.append([m, d, f"{row['frames_per_sample']:.1f}", fmt(row["paced_us"]) + ok,
                                fmt(row["tight_us"]), fmt(row["tight_wall_us"]), fmt(row["rate_hz"], 0),
                                f"{row['retried']}/{row['torn']}",
-                               f"{row['paced_samples'] + row['tight_samples']}"])
+                               f"{row['paced_samples'] + row['tight_samples']}", rs[-1]["threads_from"]])
     table = common.markdown_table(
         ["leaf", "depth", "frames/sample", "paced 1 kHz: us/sample", "tight: us/sample (in tick)",
-         "tight: wall us/sample", "paced rate Hz", "retried/torn", "samples"], table_rows)
+         "tight: wall us/sample", "paced rate Hz", "retried/torn", "samples", "threads from"], table_rows)
     params = {"threads": threads, "rate_hz": rate, "rounds": rounds, "paced_s": paced_s, "tight_s": tight_s,
               "depths": depths, "modes": modes, "target_us_per_50_frame_sample": TARGET_US_50}
     common.write_result(cfg, NAME, params, rows, table)

@@ -47,6 +47,7 @@ cdef extern from "<pthread.h>" nogil:
 cdef extern from "_sampler_util.h" nogil:
     uint64_t sdb_load_acquire_u64(const uint64_t *p)
     void sdb_store_release_u64(uint64_t *p, uint64_t v)
+    int sdb_cas_u64(uint64_t *p, uint64_t expected, uint64_t desired)
     uint32_t sdb_load_relaxed_u32(const uint32_t *p)
     void sdb_fence_acquire()
     int sdb_load_flag(const int *p)
@@ -206,6 +207,7 @@ cdef enum:
     KSTATE_REFRESH_NS = 20000000
     KV_ON_CPU = 1                   # the kernel view's word (bpf/thread_switches.c): tid << 32 |
     KV_UNKNOWN = 2                  #   switch-ins << 2 | these two bits
+    KV_SETTLE_NS = 100000000        # an unknown word is checked against procfs at most this often
     MAX_READ = 16777216        # read_memory's limit: 16 MiB
 
 cdef enum:
@@ -350,6 +352,7 @@ cdef struct SlotCache:
     uint32_t kv_tid         # 3.1, kernel view: the thread registered in it (0: none), and the word it
     uint64_t kv_word        #   had before the last read, if that read was taken off CPU (see kv_*)
     uint32_t kv_failed      #   1: another live thread holds its slot of the view: procfs for this one
+    uint64_t kv_probe_ns    #   when its unknown word was last checked against procfs (kv_settle)
     uint32_t idle_word      # the slot's state word before the last read, when that read was of
     uint32_t idle_valid     #   an idle thread (blocked / waiting for the GVL): 1
     uint64_t kstate_ns      # when it was read
@@ -682,6 +685,7 @@ cdef class Sampler:
         for i in range(self.nslots + 1):
             self.cache[i].kv_tid = 0
             self.cache[i].kv_failed = 0
+            self.cache[i].kv_probe_ns = 0
             self.cache[i].asleep = 0
         pthread_mutex_unlock(&self.mu)
 
@@ -1504,8 +1508,26 @@ cdef class Sampler:
                     return 0
         sdb_store_release_u64(w, (<uint64_t>tid << 32) | KV_UNKNOWN)
         c.kv_tid = tid
+        c.kv_probe_ns = 0
         c.asleep = 0
         return 1
+
+    cdef uint64_t kv_settle(self, SlotCache *c, uint32_t tid, uint64_t word) noexcept nogil:
+        """A registered thread's word says unknown until its next switch, which a thread asleep for
+        good never makes. Ask procfs (at most every KV_SETTLE_NS): switch-in count, state letter S or D,
+        count again unchanged: it was off CPU then, and if the word is still the one read before (the
+        program wrote nothing since), it becomes "off CPU" (a compare-and-swap: a switch meanwhile wins).
+        Returns the word as it is now."""
+        cdef uint64_t n1
+        cdef int letter
+        if self.tick_ns - c.kv_probe_ns < KV_SETTLE_NS:
+            return word
+        c.kv_probe_ns = self.tick_ns
+        n1 = self.switch_ins(c, tid)
+        letter = self.kernel_state(c, tid)
+        if n1 != 0 and (letter == 83 or letter == 68) and self.switch_ins(c, tid) == n1:    # 'S', 'D'
+            sdb_cas_u64(&self.kv[tid & self.kv_mask], word, word & ~(<uint64_t>(KV_UNKNOWN | KV_ON_CPU)))
+        return sdb_load_acquire_u64(&self.kv[tid & self.kv_mask])
 
     cdef int still_asleep(self, Job *job) noexcept nogil:
         """3.1: 1 when the thread's last read was taken asleep and it has not been switched in since
@@ -1522,6 +1544,8 @@ cdef class Sampler:
             # CPU since, whatever its state (blocked, waiting for the GVL, or preempted)
             self.kv_reads += 1
             now_count = sdb_load_acquire_u64(&self.kv[job.tid & self.kv_mask])
+            if now_count & KV_UNKNOWN:
+                now_count = self.kv_settle(c, job.tid, now_count)
             if c.asleep and now_count == c.kv_word:
                 job.state = c.asleep_state
                 return 1
@@ -1614,6 +1638,7 @@ cdef class Sampler:
         c.was_idle = 0
         c.kv_tid = 0
         c.kv_failed = 0
+        c.kv_probe_ns = 0
 
     cdef int take_slot(self, uint32_t idx, uint64_t now, Job *job) noexcept nogil:
         """Copies slot idx under its seqlock into job; thread events on changes. 0: nothing to sample."""

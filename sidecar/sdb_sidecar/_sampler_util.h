@@ -24,6 +24,11 @@ static inline void sdb_fence_acquire(void) { __atomic_thread_fence(__ATOMIC_ACQU
 static inline int sdb_load_flag(const volatile int *p) { return __atomic_load_n((const int *)p, __ATOMIC_ACQUIRE); }
 static inline void sdb_store_flag(volatile int *p, int v) { __atomic_store_n((int *)p, v, __ATOMIC_RELEASE); }
 static inline void sdb_store_release_u64(volatile uint64_t *p, uint64_t v) { __atomic_store_n((uint64_t *)p, v, __ATOMIC_RELEASE); }
+/* 1 if *p held expected and now holds desired */
+static inline int sdb_cas_u64(volatile uint64_t *p, uint64_t expected, uint64_t desired)
+{
+    return __atomic_compare_exchange_n((uint64_t *)p, &expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
 
 static inline uint64_t sdb_now_ns(void)
 {

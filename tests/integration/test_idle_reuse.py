@@ -42,3 +42,19 @@ def test_sleeper_alternating_between_two_methods_shows_both_in_equal_shares(ruby
     assert trace.end["threads_from"] == expected, trace.end
     if expected != "procfs":
         assert trace.end["reused"] > 0.5 * total, trace.end
+
+
+@pytest.mark.parametrize("ebpf", [True, False], ids=["default", "no-ebpf"])
+def test_threads_asleep_for_good_are_read_once_then_reused(ruby_target, tmp_path, ebpf):
+    # GIVEN an app whose main thread and one more sleep for good, beside a busy worker (on 3.1 with the
+    # kernel view, a thread that never switches again must still be known to be off its CPU)
+    target = ruby_target("parked.rb")
+    out = tmp_path / "trace.msgpack"
+    # WHEN it is recorded for 2 s at 1 kHz
+    r = run_sidecar("attach", "--pid", str(target.pid), "-d", "2", "-o", str(out), "--quiet",
+                    *([] if ebpf else ["--no-ebpf"]))
+    assert r.returncode == 0, r.stderr
+    end = read_trace(out).end
+    # THEN the two sleepers' samples (two thirds of all) needed no read after the first ones
+    assert end["threads"] == 3 and end["samples"] > 4000, end
+    assert end["reused"] > 0.6 * end["samples"], end
