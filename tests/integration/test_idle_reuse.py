@@ -24,16 +24,21 @@ def kernel_view_missing() -> str:
     return "" if os.path.exists(BTF_PATH) else f"no kernel BTF at {BTF_PATH}"
 
 
-@pytest.mark.parametrize("ebpf", [True, False], ids=["default", "no-ebpf"])
-def test_sleeper_alternating_between_two_methods_shows_both_in_equal_shares(ruby_target, tmp_path, ebpf):
-    # GIVEN a thread sleeping 20 ms alternately in nap_in_a and nap_in_b
-    target = ruby_target("alternating_sleeper.rb")
+def record_2s(ruby_target, tmp_path, program: str, ebpf: bool):
+    """`program` recorded for 2 s at 1 kHz, with eBPF where the machine has it or without; the trace."""
+    target = ruby_target(program)
     out = tmp_path / "trace.msgpack"
-    # WHEN it is recorded for 2 s at 1 kHz (with eBPF where the machine has it, and without)
     r = run_sidecar("attach", "--pid", str(target.pid), "-d", "2", "-o", str(out), "--quiet",
                     *([] if ebpf else ["--no-ebpf"]))
     assert r.returncode == 0, r.stderr
-    trace = read_trace(out)
+    return read_trace(out)
+
+
+@pytest.mark.parametrize("ebpf", [True, False], ids=["default", "no-ebpf"])
+def test_sleeper_alternating_between_two_methods_shows_both_in_equal_shares(ruby_target, tmp_path, ebpf):
+    # GIVEN a thread sleeping 20 ms alternately in nap_in_a and nap_in_b
+    # WHEN it is recorded for 2 s at 1 kHz (with eBPF where the machine has it, and without)
+    trace = record_2s(ruby_target, tmp_path, "alternating_sleeper.rb", ebpf)
     serial = trace.serial_named("alternating")
     seen = Counter()
     for sample in trace.samples_of(serial):
@@ -57,13 +62,8 @@ def test_sleeper_alternating_between_two_methods_shows_both_in_equal_shares(ruby
 def test_threads_asleep_for_good_are_read_once_then_reused(ruby_target, tmp_path, ebpf):
     # GIVEN an app whose main thread and one more sleep for good, beside a busy worker (on 3.1 with the
     # kernel view, a thread that never switches again must still be known to be off its CPU)
-    target = ruby_target("parked.rb")
-    out = tmp_path / "trace.msgpack"
     # WHEN it is recorded for 2 s at 1 kHz
-    r = run_sidecar("attach", "--pid", str(target.pid), "-d", "2", "-o", str(out), "--quiet",
-                    *([] if ebpf else ["--no-ebpf"]))
-    assert r.returncode == 0, r.stderr
-    end = read_trace(out).end
+    end = record_2s(ruby_target, tmp_path, "parked.rb", ebpf).end
     # THEN the two sleepers' samples (two thirds of all) needed no read after the first ones
     assert end["threads"] == 3 and end["samples"] > 4000, end
     assert end["reused"] > 0.6 * end["samples"], end
