@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from sdb_trace import GC_LABEL, KIND_CFUNC, KIND_GC, KIND_OTHER, KIND_RUBY, KIND_TRUNCATED, Tables, full_label
+from sdb_trace import (GC_LABEL, KIND_CFUNC, KIND_GC, KIND_OTHER, KIND_RUBY, KIND_TRUNCATED, Tables, full_label,
+                       method_fits, names_its_method, qualified_name)
 
 
 class Frame:
@@ -31,6 +32,29 @@ class Resolver:
     def __init__(self, tables: Tables):
         self.t = tables
         self._static: Dict[int, Optional[Tuple[Frame, ...]]] = {}
+        self._frames_of: Optional[Dict[int, List[int]]] = None     # ISeq address -> its Ruby frames
+        self._agreed: Dict[Tuple[int, int], Optional[dict]] = {}
+
+    def agreed_method(self, iseq: int, sym, t_ns: int) -> Optional[dict]:
+        """For a frame of this ISeq (symbol `sym`) whose own method entry does not fit it: a frame read
+        while the stack moved can carry another frame's entry, or none. If the entries of every other
+        frame of this ISeq that fit it name one method, that is the frame's method (a method's ISeq
+        belongs to that method); if they name several (an alias in a subclass), or none, None."""
+        key = (iseq, id(sym))
+        if key in self._agreed:
+            return self._agreed[key]
+        if self._frames_of is None:
+            self._frames_of = {}
+            for fid, kind in enumerate(self.t.frame_kind):
+                if kind == KIND_RUBY and self.t.frame_me[fid]:
+                    self._frames_of.setdefault(self.t.frame_iseq[fid], []).append(fid)
+        names: Dict[str, dict] = {}
+        for me in {self.t.frame_me[fid] for fid in self._frames_of.get(iseq, ())}:
+            msym = self.t.symbol_at(self.t.cfuncs, me, t_ns)
+            if msym is not None and method_fits(sym.record, msym.record):
+                names.setdefault(qualified_name(msym.record), msym.record)
+        self._agreed[key] = next(iter(names.values())) if len(names) == 1 else None
+        return self._agreed[key]
 
     def _ambiguous(self, fid: int) -> bool:
         kind = self.t.frame_kind[fid]
@@ -51,6 +75,8 @@ class Resolver:
             sym = self.t.symbol_at(self.t.iseqs, iseq, t_ns)
             if sym is None:
                 return Frame(f"(unknown ISeq 0x{iseq:x})", None, 0)
+            if not method_fits(sym.record, method) and names_its_method(sym.record):
+                method = self.agreed_method(iseq, sym, t_ns) or method
             if sym.record.get("c_trace"):
                 # a built-in Ruby method Ruby's backtrace shows as a C method: at its caller
                 return Frame(full_label(KIND_RUBY, sym.record, method), caller.path if caller else None,

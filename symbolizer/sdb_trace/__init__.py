@@ -362,8 +362,7 @@ def full_label(kind: int, iseq: Optional[dict], method: Optional[dict]) -> str:
         return GC_LABEL
     label = (iseq or {}).get("label") or ""
     base = (iseq or {}).get("base_label") or ""
-    if (method and method.get("type") == METHOD_ISEQ and method.get("class_path") and method.get("name")
-            and _method_fits(iseq or {}, base, method["name"])):
+    if method_fits(iseq, method):
         qualified = qualified_name(method)
         if (iseq or {}).get("type") in _PREFIXED and base and label.endswith(base):
             return label[:len(label) - len(base)] + qualified
@@ -372,6 +371,19 @@ def full_label(kind: int, iseq: Optional[dict], method: Optional[dict]) -> str:
 
 
 ISEQ_TYPE_METHOD = 1
+
+
+def method_fits(iseq: Optional[dict], method: Optional[dict]) -> bool:
+    """Whether full_label names a Ruby frame of this ISeq after this method entry: a `def` method with
+    a class, whose name the ISeq can carry (see _method_fits)."""
+    return bool(method and method.get("type") == METHOD_ISEQ and method.get("class_path") and method.get("name")
+                and _method_fits(iseq or {}, (iseq or {}).get("base_label") or "", method["name"]))
+
+
+def names_its_method(iseq: Optional[dict]) -> bool:
+    """A method's ISeq, or one of its blocks, rescues or ensures: an ISeq whose frames a method entry
+    can be checked against (by name) and so be borrowed for (sdb_symbolize.resolve)."""
+    return bool(iseq) and (iseq.get("type") == ISEQ_TYPE_METHOD or iseq.get("type") in _PREFIXED)
 
 
 def _method_fits(iseq: dict, base: str, name: str) -> bool:
