@@ -80,7 +80,7 @@ def tight(sampler, meter, seconds) -> dict:
 
 def one(cfg, mode: str, depth: int, threads: int, rate: float, paced_s: float, tight_s: float) -> dict:
     from sdb_sidecar import _sampler
-    from sdb_sidecar.recorder import start_kernel_view, threads_from
+    from sdb_sidecar.recorder import start_kernel_view, stop_kernel_view, threads_from
     from sdb_sidecar.target import open_target
     with common.ruby_target(cfg, "stacks.rb", threads, depth, mode) as p:
         t = open_target(p.pid)
@@ -95,9 +95,7 @@ def one(cfg, mode: str, depth: int, threads: int, rate: float, paced_s: float, t
         pr = paced(s, m, rate, paced_s)
         frames = m.frames_per_sample()
         tr = tight(s, m, tight_s)
-        if kv is not None:
-            s.use_kernel_view(0, 0)
-            kv.close()
+        stop_kernel_view(s, kv)
     us = lambda d: d["read_ns_total"] / d["samples"] / 1e3 if d["samples"] else float("nan")
     return {"paced_us": us(pr), "tight_us": us(tr), "tight_wall_us": tr["wall_s"] * 1e6 / max(1, tr["samples"]),
             "frames": frames, "paced_samples": pr["samples"], "paced_ticks": pr["ticks"],

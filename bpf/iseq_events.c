@@ -177,7 +177,6 @@ static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe, u64 iseq
     u64 body, flags, pathobj, pflags, path, realpath, label, ih[3];
     u64 b[BODY_WORDS];              /* the body's first words, type to first_lineno: one read */
     struct event *ev;
-
     u32 two = 2;
     u64 *paused;
 
@@ -253,10 +252,8 @@ send:
         u64 *sent = budget.lookup(&zero), *wake_at = budget.lookup(&one), wake = BPF_RB_NO_WAKEUP;
         if (sent && wake_at && __sync_fetch_and_add(sent, 1) + 1 == *wake_at) {
             wake = BPF_RB_FORCE_WAKEUP;
-            u32 two2 = 2;
-            u64 *p = budget.lookup(&two2);
-            if (p)
-                *p = ev->h.time_ns + 1;     /* records born after this one are not sent */
+            if (paused)
+                *paused = ev->h.time_ns + 1;    /* records born after this one are not sent */
         }
         emit(ev, sizeof(struct event_hdr) + off, wake);
     }

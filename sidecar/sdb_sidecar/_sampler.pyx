@@ -555,8 +555,6 @@ cdef class Sampler:
     cdef LeftRightMap named              # ISeqs the eBPF symbolizer named (None: no eBPF)
     cdef uint64_t *kv                    # 3.1: the kernel view (kview.py), NULL without it
     cdef uint32_t kv_mask
-    cdef readonly uint64_t kv_reads      # ticks' reads of it, and procfs reads (3.1), for the tests
-    cdef readonly uint64_t proc_reads
     # per slot
     cdef SlotCache *cache
     cdef uint32_t nslots
@@ -1470,7 +1468,6 @@ cdef class Sampler:
                 fd[0] = -1                     # never again for this thread
         if fd[0] <= 0:
             return 0
-        self.proc_reads += 1
         return pread(fd[0] - 1, buf, cap - 1, 0)
 
     cdef uint64_t switch_ins(self, SlotCache *c, uint32_t tid) noexcept nogil:
@@ -1488,9 +1485,10 @@ cdef class Sampler:
                 v = v * 10 + <uint64_t>(buf[i] - 48)
         return v
 
-    cdef int kv_holds(self, SlotCache *c, uint32_t tid) noexcept nogil:
+    cdef int kv_holds(self, SlotCache *c, uint32_t tid, uint64_t *word) noexcept nogil:
         """1 when the kernel view holds thread tid (registered now if need be: its word then reads
-        unknown until the thread's next switch). 0: no view, or another live thread holds the slot."""
+        unknown until the thread's next switch), with its word in *word. 0: no view, or another live
+        thread holds the slot."""
         cdef uint64_t *w
         cdef uint64_t v
         cdef uint32_t owner, i
@@ -1498,6 +1496,7 @@ cdef class Sampler:
             return 0
         w = &self.kv[tid & self.kv_mask]
         v = sdb_load_acquire_u64(w)
+        word[0] = v
         if c.kv_tid == tid and (v >> 32) == tid:
             return 1
         owner = <uint32_t>(v >> 32)
@@ -1506,7 +1505,8 @@ cdef class Sampler:
                 if self.cache[i].kv_tid == owner and &self.cache[i] != c:
                     c.kv_failed = 1          # a live thread of ours holds it: procfs for this one
                     return 0
-        sdb_store_release_u64(w, (<uint64_t>tid << 32) | KV_UNKNOWN)
+        word[0] = (<uint64_t>tid << 32) | KV_UNKNOWN
+        sdb_store_release_u64(w, word[0])
         c.kv_tid = tid
         c.kv_probe_ns = 0
         c.asleep = 0
@@ -1539,11 +1539,9 @@ cdef class Sampler:
         job.kv_used = 0
         if job.state != STATE_UNKNOWN or not self.th_len or not c.has_prev:
             return 0                         # Ruby >= 3.2 (the gem's run count does this), or no stack yet
-        if self.kv_holds(c, job.tid):
+        if self.kv_holds(c, job.tid, &now_count):
             # the kernel view: a thread read while off CPU whose word is unchanged was not put on a
             # CPU since, whatever its state (blocked, waiting for the GVL, or preempted)
-            self.kv_reads += 1
-            now_count = sdb_load_acquire_u64(&self.kv[job.tid & self.kv_mask])
             if now_count & KV_UNKNOWN:
                 now_count = self.kv_settle(c, job.tid, now_count)
             if c.asleep and now_count == c.kv_word:
@@ -1575,7 +1573,7 @@ cdef class Sampler:
         if job.kv_used:
             # off CPU (and known) before the read, and not put on a CPU until after it: the stack read
             # is the thread's stack until its word changes
-            if (job.result == R_OK and (job.kv0 & (KV_ON_CPU | KV_UNKNOWN)) == 0 and (job.kv0 >> 32) == job.tid
+            if (job.result == R_OK and (job.kv0 & (KV_ON_CPU | KV_UNKNOWN)) == 0
                     and sdb_load_acquire_u64(&self.kv[job.tid & self.kv_mask]) == job.kv0):
                 c.asleep = 1
                 c.asleep_state = job.state

@@ -178,7 +178,7 @@ class EbpfSymbolizer:
         self._bpf = None
         self.obj: Optional[probes.RubyObject] = None
         self._creator_links: List[uprobe_link.UprobeLink] = []
-        self._creator_events: List[bytes] = []
+        self._creator_events: List[bytes] = []     # bcc's names of their perf events, to detach them
         self._link_progs: Optional[List[int]] = None
         self._warm_target: Optional[Tuple[str, int]] = None
 
@@ -209,7 +209,7 @@ class EbpfSymbolizer:
         except (OSError, probes.ProbeError, ImportError):
             self._warm_target = None
         try:
-            self._link_progs: Optional[List[int]] = [
+            self._link_progs = [
                 self._bpf.load_func(f"iseq_created_link_{i}", BPF.KPROBE,
                                     attach_type=uprobe_link.BPF_TRACE_UPROBE_MULTI).fd
                 for i in range(len(creators))]
@@ -234,8 +234,8 @@ class EbpfSymbolizer:
         """The creation probes, as uprobe_multi links where the kernel has them (they come out without
         stalling the app: see uprobe_link), else as bcc's perf events."""
         self._set_paused_flag(0)
-        self._creator_links: List[uprobe_link.UprobeLink] = []
-        self._creator_events: List[bytes] = []   # bcc's names of their perf events, to detach them
+        self._creator_links = []
+        self._creator_events = []
         if self._link_progs is not None:
             try:
                 for p, prog in zip(self.obj.creators, self._link_progs):

@@ -169,10 +169,10 @@ def start_kernel_view(target: Target, sampler: "_sampler.Sampler", notice: bool)
     return kv
 
 
-def stop_kernel_view(sampler: "_sampler.Sampler", kv: Optional[KernelView], sampler_thread) -> None:
+def stop_kernel_view(sampler: "_sampler.Sampler", kv: Optional[KernelView], sampler_thread=None) -> None:
     """Unmap the kernel view once the sampler can no longer read it (a stalled sampler thread keeps
     it: the process's exit takes it away)."""
-    if kv is None or sampler_thread.is_alive():
+    if kv is None or (sampler_thread is not None and sampler_thread.is_alive()):
         return
     sampler.use_kernel_view(0, 0)
     kv.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from array import array
-from typing import Iterator
+from typing import IO, Callable, Iterator
 
 
 class Column:
@@ -41,6 +41,13 @@ class Column:
                 yield a
         if self.buf:
             yield self.buf
+
+    def write(self, out: IO, text: Callable = str) -> None:
+        """Every entry as text(entry), comma-separated, a chunk at a time (no brackets)."""
+        sep = ""
+        for chunk in self.chunks():
+            out.write(sep + ",".join(map(text, chunk)))
+            sep = ","
 
     def close(self) -> None:
         if self.file is not None:

@@ -182,13 +182,7 @@ class FirefoxReporter(Reporter):
     @staticmethod
     def write_samples(th: _Thread, out: IO) -> None:
         out.write('{"stack":[')
-        first = True
-        for chunk in th.stacks.chunks():
-            out.write(("" if first else ",") + ",".join(str(s) if s >= 0 else "null" for s in chunk))
-            first = False
+        th.stacks.write(out, lambda s: str(s) if s >= 0 else "null")
         out.write('],"time":[')
-        first = True
-        for chunk in th.times.chunks():
-            out.write(("" if first else ",") + ",".join(map(repr, chunk)))
-            first = False
+        th.times.write(out, repr)
         out.write(f'],"weight":null,"weightType":"samples","length":{len(th.times)}}}')

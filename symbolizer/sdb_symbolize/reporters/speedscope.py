@@ -93,22 +93,15 @@ class SpeedscopeReporter(Reporter):
             out.write(("," if n else "") + '{"type":"sampled","name":' + json.dumps(p.thread.label)
                       + f',"unit":"nanoseconds","startValue":0,"endValue":{p.total},"samples":[')
             cache: Dict[int, str] = {}
-            sep = ""
-            for chunk in p.stacks.chunks():
-                for i in range(0, len(chunk), 4096):
-                    texts = []
-                    for sid in chunk[i:i + 4096]:
-                        s = cache.get(sid)
-                        if s is None:
-                            s = cache[sid] = "[" + ",".join(map(str, self.stack_frames[sid])) + "]"
-                        texts.append(s)
-                    out.write(sep + ",".join(texts))
-                    sep = ","
+
+            def stack_text(sid: int) -> str:
+                s = cache.get(sid)
+                if s is None:
+                    s = cache[sid] = "[" + ",".join(map(str, self.stack_frames[sid])) + "]"
+                return s
+            p.stacks.write(out, stack_text)
             out.write('],"weights":[')
-            sep = ""
-            for chunk in p.weights.chunks():
-                out.write(sep + ",".join(map(str, chunk)))
-                sep = ","
+            p.weights.write(out)
             out.write("]}")
             p.stacks.close()
             p.weights.close()
