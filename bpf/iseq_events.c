@@ -18,9 +18,11 @@
  * Times are bpf_ktime_get_ns(): CLOCK_MONOTONIC, the clock of the samples.
  * RINGBUF_PAGES (a power of two) sizes the ring buffer the records go through.
  *
- * Records never wake the sidecar's reader (it drains every few tens of ms), except one: the ISeq
- * record whose count reaches the number the reader set in `budget` (the sidecar's governor: its
- * event budget is spent), so that the reader can pause the probes at once, not a poll later.
+ * Records never wake the sidecar's reader (it drains every few tens of ms while they come), except
+ * two: the ISeq record whose count reaches the number the reader set in `budget` (the sidecar's
+ * governor: its event budget is spent), so that the reader can pause the probes at once, not a poll
+ * later; and the first record after the reader went idle (`budget[3]`), so that an idle reader need
+ * not wake up to look.
  */
 #include <uapi/linux/ptrace.h>
 
@@ -83,13 +85,18 @@ BPF_PERCPU_ARRAY(dropped, u64, 1);         /* records that did not fit */
  * again: hits meanwhile send nothing and cost only the trap. The record that reaches [1] sets [2]
  * itself and wakes the reader, so a burst stops costing the app the moment it overdraws the budget,
  * not a wake-up and a poll later; the sidecar then takes the probes out. The sidecar sets [1], and
- * [2] for a pause it decides itself or to resume. */
-BPF_ARRAY(budget, u64, 3);
+ * [2] for a pause it decides itself or to resume.
+ * [3]: non-zero while the reader sleeps until records come: the next record clears it and wakes it. */
+BPF_ARRAY(budget, u64, 4);
 
 static __always_inline void emit(void *data, u64 size, u64 flags)
 {
-    u32 zero = 0;
-    u64 *d;
+    u32 zero = 0, three = 3;
+    u64 *d, *idle = budget.lookup(&three);
+    if (idle && *idle) {
+        *idle = 0;
+        flags = BPF_RB_FORCE_WAKEUP;
+    }
     if (events.ringbuf_output(data, size, flags) != 0) {
         d = dropped.lookup(&zero);
         if (d)

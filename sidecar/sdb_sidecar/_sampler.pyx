@@ -60,6 +60,12 @@ cdef extern from "_sampler_util.h" nogil:
     uint64_t sdb_xorshift(uint64_t *s)
     int sdb_errno()
     int ESRCH, EPERM, EFAULT, EFBIG
+    void sdb_eventfd_signal(int fd)
+    uint8_t *sdb_mp_uint(uint8_t *p, uint64_t v)
+    uint8_t *sdb_mp_int(uint8_t *p, int64_t v)
+    uint8_t *sdb_mp_array(uint8_t *p, uint64_t n)
+    uint8_t *sdb_mp_map(uint8_t *p, uint32_t n)
+    uint8_t *sdb_mp_str(uint8_t *p, const char *s)
 
 cdef extern from "sdb_registry.h" nogil:
     int SDB_REGISTRY_VERSION
@@ -202,6 +208,7 @@ cdef enum:
     AREA_JOB_HDR = 3
     AREA_JOB_CFP2 = 4
     AREA_JOB_TH = 5
+    AREA_SPEC = 6
 
 cdef enum:
     KSTATE_REFRESH_NS = 20000000
@@ -217,6 +224,7 @@ cdef enum:
 cdef enum:
     MAX_IOV = 1024          # UIO_MAXIOV
     EC_SPAN = 64            # bytes read from the ec: covers vm_stack, size, cfp
+    SPEC_FRAMES = 8         # phase 1 also reads the control frames from this many above the last cfp
     ISEQ_SPAN = 32          # bytes read from an ISeq: flags, wrapper, body
     BODY_SPAN = 32          # bytes read from an ISeq body: type, size, encoded
 
@@ -309,6 +317,10 @@ cdef struct Job:            # one thread being read in this tick
     uint32_t cluster0
     uint32_t cluster1
     uint64_t raw_off        # its control frames in rawbuf
+    uint64_t spec_lo        # phase 1's speculative read of its control frames: from this address,
+    uint64_t spec_len       #   this many bytes, at spec_off in specbuf (spec_len 0: none)
+    uint64_t spec_off
+    uint32_t spec_ok        #   1: all of them were read
     uint64_t frame0         # its first RawFrame in raw
     uint8_t hdr[64]         # EC_SPAN bytes of its ec
     uint8_t th[128]         # the span of rb_thread_t holding ec and status (when status is read)
@@ -359,6 +371,9 @@ cdef struct SlotCache:
     uint64_t serial
     uint64_t gen
     uint64_t ec             # last ec seen: speculation only, always re-checked
+    uint64_t cfp            # its cfp, VM stack and the stack's end as last read (speculation only)
+    uint64_t vm_stack
+    uint64_t stack_end
     uint32_t nprev          # frames in prev (root first)
     uint32_t cap
     FrameEnt *prev          # previous sample's frames, root first
@@ -532,6 +547,8 @@ cdef class Sampler:
     cdef uint64_t rng
     cdef pthread_mutex_t mu
     cdef int stop_flag
+    cdef int wake_fd                     # eventfd of the drain loop (-1: none): see set_wake_fd
+    cdef int wake_sent                   # signalled since the last drain
     cdef readonly int fatal_errno      # errno that stopped the loop (ESRCH: target exited)
     # tables
     cdef IseqEnt *iseqs
@@ -568,6 +585,9 @@ cdef class Sampler:
     cdef uint64_t req_cap, nreq
     cdef uint8_t *rawbuf
     cdef uint64_t rawbuf_cap
+    cdef uint8_t *specbuf
+    cdef uint64_t specbuf_cap
+    cdef readonly uint64_t spec_hits     # threads whose frames phase 1 read speculatively (no phase 2)
     cdef RawFrame *raw
     cdef uint64_t raw_cap
     cdef uint8_t *eparena
@@ -597,6 +617,7 @@ cdef class Sampler:
         self.period_ns = <uint64_t>(1e9 / rate_hz)
         self.jitter_ns = self.period_ns // 20      # +-5% of a period
         self.rng = sdb_mix64(<uint64_t>pid ^ sdb_now_ns()) | 1
+        self.wake_fd = -1
         pthread_mutex_init(&self.mu, NULL)
         self.nslots = reg.slot_count
         self.th_lo = 0
@@ -638,6 +659,7 @@ cdef class Sampler:
                 free(self.cache[i].memo)
         free(self.cache)
         free(self.rawbuf)
+        free(self.specbuf)
         free(self.raw)
         free(self.jobs)
         free(self.reqs)
@@ -935,6 +957,8 @@ cdef class Sampler:
     cdef inline void *req_dst(self, const Req *r) noexcept nogil:
         if r.area == AREA_RAW:
             return self.rawbuf + r.off
+        if r.area == AREA_SPEC:
+            return self.specbuf + r.off
         if r.area == AREA_EP:
             return self.eparena + r.off
         if r.area == AREA_JOB_EC:
@@ -973,6 +997,8 @@ cdef class Sampler:
                 got -= self.reqs[i + k].length
                 if self.reqs[i + k].area == AREA_JOB_HDR:
                     self.jobs[self.reqs[i + k].job].hdr_ok = 1
+                elif self.reqs[i + k].area == AREA_SPEC:
+                    self.jobs[self.reqs[i + k].job].spec_ok = 1
                 k += 1
             if k < cnt:                     # request i+k failed: skip it, go on after it
                 r = &self.reqs[i + k]
@@ -990,16 +1016,20 @@ cdef class Sampler:
         cdef int k
         cdef Job *job
         cdef SlotCache *c
-        cdef uint64_t vm_stack, vm_size, end, raw_total = 0, frames_total = 0, ep_total = 0
+        cdef uint64_t vm_stack, vm_size, end, raw_total = 0, frames_total = 0, ep_total = 0, spec_total = 0
+        cdef uint64_t need
         cdef uint64_t ep, lo, hi, nframes, read_ns
         cdef MeMemo *memo
         cdef RawFrame *r
         cdef uint8_t *base
         cdef Cluster *cl
-        # 1. th->ec, and the header of the ec seen last time
+        # 1. th->ec, and the header of the ec seen last time, and after it (so read later, as
+        #    phase 2 would) that ec's control frames from a few frames above its last cfp
         for j in range(first, first + n):
             job = &self.jobs[j]
             job.hdr_ok = 0
+            job.spec_ok = 0
+            job.spec_len = 0
             job.from_status = 0
             c = &self.cache[job.slot]
             if job.state == STATE_UNKNOWN and self.th_len:
@@ -1009,6 +1039,18 @@ cdef class Sampler:
                 self.add_req(job.ec_addr, 8, AREA_JOB_EC, 0, j, R_GONE)
             if c.ec != 0:
                 self.add_req(c.ec, EC_SPAN, AREA_JOB_HDR, 0, j, R_OK)
+                if c.stack_end != 0:
+                    lo = c.cfp - SPEC_FRAMES * <uint64_t>self.L.cfp_size
+                    if c.cfp < c.vm_stack + SPEC_FRAMES * <uint64_t>self.L.cfp_size:
+                        lo = c.cfp
+                    need = (SPEC_FRAMES + 1 + <uint64_t>self.max_depth) * self.L.cfp_size
+                    job.spec_lo = lo
+                    job.spec_len = c.stack_end - lo if c.stack_end - lo < need else need
+                    job.spec_off = spec_total
+                    spec_total += job.spec_len
+                    self.add_req(lo, job.spec_len, AREA_SPEC, job.spec_off, j, R_OK)
+        if grow(<void **>&self.specbuf, &self.specbuf_cap, spec_total + 64, 1) != 0:
+            return -1
         if self.run_reqs() != 0:
             return -1
         # 1b. the header of an ec that changed (a fiber switch, a new thread)
@@ -1025,6 +1067,7 @@ cdef class Sampler:
             if job.ec == 0:
                 job.result = R_GONE
             elif job.ec != self.cache[job.slot].ec or not job.hdr_ok:
+                job.spec_ok = 0             # the frames read were another ec's (or its header failed)
                 self.add_req(job.ec, EC_SPAN, AREA_JOB_HDR, 0, j, R_GONE)
         if self.nreq and self.run_reqs() != 0:
             return -1
@@ -1075,14 +1118,27 @@ cdef class Sampler:
             job.frame0 = frames_total
             raw_total += job.nf * <uint64_t>self.L.cfp_size
             frames_total += job.nf
+            c = &self.cache[job.slot]
+            c.cfp = job.cfp
+            c.vm_stack = vm_stack
+            c.stack_end = end
+            # the speculative read holds all of this read's frames: no phase 2 for it
+            if job.spec_ok and (job.cfp < job.spec_lo
+                                or job.cfp + job.nf * <uint64_t>self.L.cfp_size > job.spec_lo + job.spec_len):
+                job.spec_ok = 0
         if (grow(<void **>&self.rawbuf, &self.rawbuf_cap, raw_total + 64, 1) != 0
                 or grow(<void **>&self.raw, &self.raw_cap, frames_total + 1, sizeof(RawFrame)) != 0):
             return -1
-        # 2. the control frames
+        # 2. the control frames (but those phase 1 already read)
         for j in range(first, first + n):
             job = &self.jobs[j]
             if job.result == R_OK and job.nf > 0:
-                self.add_req(job.cfp, job.nf * <uint64_t>self.L.cfp_size, AREA_RAW, job.raw_off, j, R_TORN)
+                if job.spec_ok:
+                    memcpy(self.rawbuf + job.raw_off, self.specbuf + job.spec_off + (job.cfp - job.spec_lo),
+                           job.nf * <uint64_t>self.L.cfp_size)
+                    self.spec_hits += 1
+                else:
+                    self.add_req(job.cfp, job.nf * <uint64_t>self.L.cfp_size, AREA_RAW, job.raw_off, j, R_TORN)
         if self.nreq and self.run_reqs() != 0:
             return -1
         # the sample's time, taken once its frames were copied: never earlier than what they show (an
@@ -1689,6 +1745,7 @@ cdef class Sampler:
         return 1
 
     cdef int tick(self, uint64_t now) noexcept nogil:
+        cdef bint wake
         """Sample every registered thread once. Returns R_FATAL when the target is gone."""
         cdef uint32_t i, hwm, n = 0, ntorn = 0
         cdef uint64_t t0
@@ -1760,7 +1817,15 @@ cdef class Sampler:
         if rc == R_OK:
             self.ticks += 1
             self.last_tick_ns = now
+        # something new to name (an ISeq, a frame's line, a method): read from the target while
+        # it still holds, so wake the drain loop now rather than at its next regular drain
+        wake = self.wake_fd >= 0 and not self.wake_sent and (
+            self.frame_count > self.frames_drained or self.g.new_iseq_len or self.g.new_me_len)
+        if wake:
+            self.wake_sent = 1
         pthread_mutex_unlock(&self.mu)
+        if wake:
+            sdb_eventfd_signal(self.wake_fd)
         self.read_ns_total += sdb_now_ns() - t0
         return rc
 
@@ -1806,6 +1871,12 @@ cdef class Sampler:
     def stop(self):
         sdb_store_flag(&self.stop_flag, 1)
 
+    def set_wake_fd(self, int fd):
+        """An eventfd (non-blocking) the loop writes to when it gathered something that must be named
+        soon (a new ISeq, frame or method entry: read from the target while it still holds), at most
+        once between two drains. -1: none."""
+        self.wake_fd = fd
+
     def sample_once(self):
         """One tick now (for snapshot). Returns False when the target is gone."""
         cdef int rc
@@ -1814,8 +1885,11 @@ cdef class Sampler:
         return rc != R_FATAL
 
     # ------------------------------------------------------------ hand-over
-    def drain(self):
-        """Everything gathered since the last drain, as Python objects (a dict)."""
+    def drain(self, bint encode_samples=False):
+        """Everything gathered since the last drain, as Python objects (a dict). encode_samples: the
+        samples come as one trace record, already msgpack-encoded ("samples_record": bytes, or None
+        when there are none; what TraceWriter.samples would write), not as four lists: at 1 kHz
+        that is most of what a drain costs in Python."""
         cdef uint64_t i, f0, f1, s0, s1, k
         cdef Gathered taken
         cdef SampleEnt *smp
@@ -1844,6 +1918,7 @@ cdef class Sampler:
                 memcpy(ar, &self.arena[arena0], (arena1 - arena0) * sizeof(uint32_t))
             self.frames_drained = f1
             self.stacks_drained = s1
+            self.wake_sent = 0
             pthread_mutex_unlock(&self.mu)
         smp = taken.samples
         tev = taken.tevts
@@ -1858,10 +1933,6 @@ cdef class Sampler:
                 "frame_me": [fr[i].me for i in range(f1 - f0)],
                 "first_stack": s0,
                 "stacks": [[ar[st[i].off - arena0 + k] for k in range(st[i].length)] for i in range(s1 - s0)],
-                "sample_t": [smp[i].t_ns for i in range(taken.sample_len)],
-                "sample_thread": [smp[i].serial for i in range(taken.sample_len)],
-                "sample_stack": [smp[i].stack for i in range(taken.sample_len)],
-                "sample_state": [smp[i].state for i in range(taken.sample_len)],
                 "threads": [
                     {"ended": tev[i].ended, "serial": tev[i].serial, "tid": tev[i].tid,
                      "start_ns": tev[i].start_ns, "at_ns": tev[i].at_ns, "flags": tev[i].flags,
@@ -1871,6 +1942,13 @@ cdef class Sampler:
                 "new_iseq_encoded": [taken.new_iseqs[i].encoded for i in range(taken.new_iseq_len)],
                 "new_mes": [(taken.new_mes[i].addr, taken.new_mes[i].at_ns) for i in range(taken.new_me_len)],
             }
+            if encode_samples:
+                out["samples_record"] = encode_samples_record(smp, taken.sample_len)
+            else:
+                out["sample_t"] = [smp[i].t_ns for i in range(taken.sample_len)]
+                out["sample_thread"] = [smp[i].serial for i in range(taken.sample_len)]
+                out["sample_stack"] = [smp[i].stack for i in range(taken.sample_len)]
+                out["sample_state"] = [smp[i].state for i in range(taken.sample_len)]
         finally:
             free(taken.samples)
             free(taken.tevts)
@@ -1886,6 +1964,63 @@ cdef class Sampler:
                 "retried": self.retried, "errors": self.errors, "gc_samples": self.gc_samples, "reused": self.reused, "threads": self.threads_seen,
                 "start_ns": self.start_ns, "last_tick_ns": self.last_tick_ns,
                 "read_ns_total": self.read_ns_total}
+
+
+cdef object encode_samples_record(const SampleEnt *smp, uint64_t n):
+    """The trace's samples record for smp[0:n] (docs/trace-format.md): {"t": "samples", "base_ns",
+    "dt_ns", "thread", "stack", "state"}, encoded as msgpack.Packer encodes that dict. None if n is 0."""
+    cdef uint8_t *buf
+    cdef uint8_t *p
+    cdef uint64_t i, base
+    if n == 0:
+        return None
+    buf = <uint8_t *>malloc(128 + 4 * 9 * n)    # 9 bytes at most per number
+    if buf == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            base = smp[0].t_ns
+            p = sdb_mp_map(buf, 6)
+            p = sdb_mp_str(p, "t")
+            p = sdb_mp_str(p, "samples")
+            p = sdb_mp_str(p, "base_ns")
+            p = sdb_mp_uint(p, base)
+            p = sdb_mp_str(p, "dt_ns")
+            p = sdb_mp_array(p, n)
+            for i in range(n):
+                p = sdb_mp_int(p, <int64_t>(smp[i].t_ns - base))
+            p = sdb_mp_str(p, "thread")
+            p = sdb_mp_array(p, n)
+            for i in range(n):
+                p = sdb_mp_uint(p, smp[i].serial)
+            p = sdb_mp_str(p, "stack")
+            p = sdb_mp_array(p, n)
+            for i in range(n):
+                p = sdb_mp_uint(p, smp[i].stack)
+            p = sdb_mp_str(p, "state")
+            p = sdb_mp_array(p, n)
+            for i in range(n):
+                p = sdb_mp_uint(p, smp[i].state)
+        return (<char *>buf)[:p - buf]
+    finally:
+        free(buf)
+
+
+def encode_samples_for_test(list t_ns, list serial, list stack, list state):
+    """encode_samples_record over Python lists (for the tests: compare with msgpack's own encoding)."""
+    cdef uint64_t n = len(t_ns), i
+    cdef SampleEnt *smp = <SampleEnt *>malloc((n + 1) * sizeof(SampleEnt))
+    if smp == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            smp[i].t_ns = t_ns[i]
+            smp[i].serial = serial[i]
+            smp[i].stack = stack[i]
+            smp[i].state = state[i]
+        return encode_samples_record(smp, n)
+    finally:
+        free(smp)
 
 
 def monotonic_ns():

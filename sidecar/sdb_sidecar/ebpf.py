@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import threading
 import time
 from collections import deque
@@ -39,7 +40,7 @@ EV_NEW, EV_MOVE = 1, 2
 F_TRUNCATED, F_UNREADABLE, F_NO_REALPATH, F_BASE_IS_LABEL, F_REALPATH_IS_PATH = 1, 2, 4, 8, 16
 NSTR = 4
 POLL_S = 0.02              # the ring buffer is drained this often while ISeqs come (records wake the reader only when over budget) ...
-IDLE_POLL_S = 0.1          # ... and this often after a poll that found none (a wake-up costs ~20 us of CPU on a VM)
+IDLE_POLL_S = 1.0          # ... and after a poll that found none, when the next record comes (it wakes the reader), or this often
 RINGBUF_PAGES = 2048        # 8 MiB: ~25,000 records, a second of the busiest boot measured
 DEFAULT_MAX_RATE = 5000     # ISeq events per second: ~2.3 us each is ~1 % of one core
 BURST_S = 0.1               # a burst of this many seconds' worth of events passes without a pause
@@ -174,6 +175,7 @@ class EbpfSymbolizer:
         # addr -> (the name last sent for it, its instruction buffer: the left-right map's value)
         self._known: Dict[int, Tuple[tuple, int]] = {}
         self._stop = threading.Event()
+        self._wake = -1                          # eventfd: close() wakes the reader with it
         self._thread: Optional[threading.Thread] = None
         self._bpf = None
         self.obj: Optional[probes.RubyObject] = None
@@ -227,6 +229,7 @@ class EbpfSymbolizer:
         self._batch_keys: List[int] = []
         self._batch_vals: List[int] = []
         self._governor = Governor(self.max_rate, time.monotonic())
+        self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._thread = threading.Thread(target=self._run, name="sdb-ebpf", daemon=True)
         self._thread.start()
 
@@ -414,21 +417,24 @@ class EbpfSymbolizer:
         does so wakes us), drain the ring buffer, publish the names, let the governor decide."""
         g = self._governor
         budget = self._bpf["budget"]
+        ring_fd = self._bpf["events"].map_fd
         sent_seen = 0
         poll_s = POLL_S
         while not self._stop.is_set():
             try:
                 self._drained = 0
                 self._drain_budget = g.tokens + g.max_rate * poll_s if g.max_rate > 0 else float("inf")
-                self._bpf.ring_buffer_poll(int(poll_s * 1000))   # records arrive without waking us...
+                self._wait(ring_fd, poll_s)
                 if self._drained <= self._drain_budget:
-                    self._bpf.ring_buffer_consume()              # ... so poll() may leave them there
+                    self._bpf.ring_buffer_consume()
                 self._publish()
                 sent = budget[budget.Key(0)].value
                 events, sent_seen = sent - sent_seen, sent
                 # quiet: poll less often (an ISeq born meanwhile is named later, or read remotely if
                 # sampled first); a burst still wakes us at the record that spends the budget
                 poll_s = POLL_S if events or self._paused or self._stop.is_set() else IDLE_POLL_S
+                if poll_s == IDLE_POLL_S:
+                    budget[budget.Key(3)] = budget.Leaf(1)      # idle: the next record wakes us
                 now = time.monotonic()
                 if self._paused:
                     if g.resume_due(now):
@@ -445,6 +451,16 @@ class EbpfSymbolizer:
                     return
                 raise
 
+    def _wait(self, ring_fd: int, timeout_s: float) -> None:
+        """Until the ring buffer holds records that woke us (or any, when we start waiting), close()
+        or timeout_s."""
+        ready = select.select([ring_fd, self._wake], [], [], timeout_s)[0]
+        if self._wake in ready:
+            try:
+                os.eventfd_read(self._wake)
+            except BlockingIOError:
+                pass
+
     def _publish(self) -> None:
         if self._batch_keys:
             keys, vals = self._batch_keys, self._batch_vals
@@ -460,6 +476,8 @@ class EbpfSymbolizer:
     def close(self) -> None:
         """Stop reading, read what is left, detach every probe."""
         self._stop.set()
+        if self._wake >= 0:
+            os.eventfd_write(self._wake, 1)
         if self._thread is not None:
             self._thread.join(5)
             if self._thread.is_alive():
@@ -468,6 +486,8 @@ class EbpfSymbolizer:
                 self._bpf = None
                 return
             self._thread = None
+            os.close(self._wake)
+            self._wake = -1
             try:
                 self._bpf.ring_buffer_consume()
                 self._publish()

@@ -11,6 +11,8 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Deque, Dict, List, Optional, Tuple
 
+import msgpack
+
 from sdb_symbolize.resolve import Resolver
 import sdb_trace
 from sdb_trace import STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING, Tables, TraceWriter
@@ -65,6 +67,9 @@ class LiveProfile(TraceWriter):
             self.last_state.pop(rec["serial"], None)
         elif t == "header":
             tb.header = rec
+
+    def encoded(self, record: bytes) -> None:
+        self._write(msgpack.unpackb(record))
 
     def flush(self) -> None:
         pass

@@ -1,5 +1,6 @@
-"""Recording: run the sampler in a thread of its own (no GIL), drain it every
-100 ms into the trace, name new ISeqs, print one status line."""
+"""Recording: run the sampler in a thread of its own (no GIL), drain it into the trace
+(every half second, or within 100 ms when something new must be named), name new
+ISeqs, print one status line."""
 from __future__ import annotations
 
 import os
@@ -20,7 +21,8 @@ from .errors import Exit, SdbError
 from .symbols import RemoteReadError, RemoteRuby
 from .target import Target, check_readable, permission_error
 
-DRAIN_INTERVAL_S = 0.1
+DRAIN_INTERVAL_S = 0.1        # the shortest gap between two drains (and top's refresh)
+DRAIN_MAX_S = 0.5             # the longest: a drain wakes the Python thread, ~250 us of CPU here
 STATUS_INTERVAL_S = 0.5
 STALL_GRACE_S = 3.0
 RECORD_LAG_NS = 1_000_000_000   # an eBPF record reaches the Drainer well within this after the ISeq's birth
@@ -101,7 +103,7 @@ class Drainer:
     def drain(self) -> dict:
         if self.ebpf is not None:
             self.drain_ebpf()
-        d = self.sampler.drain()
+        d = self.sampler.drain(encode_samples=True)
         w = self.writer
         for ev in d["threads"]:
             if not ev["ended"]:
@@ -121,10 +123,8 @@ class Drainer:
             w.frames(d["first_frame"], d["frame_kind"], d["frame_iseq"], d["frame_pc"], d["frame_me"], lines)
         if d["stacks"]:
             w.stacks(d["first_stack"], d["stacks"])
-        if d["sample_t"]:
-            base = d["sample_t"][0]
-            w.samples(base, [t - base for t in d["sample_t"]], d["sample_thread"], d["sample_stack"],
-                      d["sample_state"])
+        if d["samples_record"] is not None:
+            w.encoded(d["samples_record"])
         for ev in d["threads"]:
             if ev["ended"]:
                 w.thread_end(ev["serial"], ev["at_ns"])
@@ -213,8 +213,17 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
     })
     drainer = Drainer(target, sampler, writer, symbolizer)
     result = []
-    thread = threading.Thread(target=lambda: result.append(sampler.run(duration_s)), name="sdb-sampler",
-                              daemon=True)
+    wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+
+    def sample():
+        try:
+            result.append(sampler.run(duration_s))
+        finally:
+            waiter.ended = True
+            os.eventfd_write(wake, 1)
+
+    thread = threading.Thread(target=sample, name="sdb-sampler", daemon=True)
+    waiter = DrainWaiter(wake, _pidfd(target.pid), thread)
     interrupted = []
 
     def on_stop_signal(signum, frame):
@@ -227,10 +236,11 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
     status = StatusLine(status_stream, quiet, rate_hz, symbolizer)
     started = time.monotonic()
     stalled = False
+    sampler.set_wake_fd(wake)
     thread.start()
     try:
         while thread.is_alive():
-            thread.join(DRAIN_INTERVAL_S)
+            waiter.wait()
             drainer.drain()
             if not _alive(target.pid):
                 sampler.stop()
@@ -254,6 +264,9 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
             symbolizer.close()
             drainer.drain_ebpf()
         stop_kernel_view(sampler, kernel_view, thread)
+        if not thread.is_alive():           # a stalled sampler thread may still write to it
+            sampler.set_wake_fd(-1)
+            os.close(wake)
     stats = sampler.stats()
     why = result[0] if result else "stopped"
     if stalled:
@@ -280,22 +293,62 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
     return counts
 
 
+class DrainWaiter:
+    """When the recorder drains: DRAIN_MAX_S after the last drain, or sooner, though never less than
+    DRAIN_INTERVAL_S after it, when the sampler signals `wake` (something new to name: an ISeq must be
+    read while it still holds), the target exits (its pidfd) or the sampler thread ends. In between
+    the Python thread sleeps: in a steady recording it wakes twice a second."""
+
+    def __init__(self, wake: int, pidfd: int, thread: threading.Thread):
+        self.fds = [wake] + ([pidfd] if pidfd >= 0 else [])
+        self.wake = wake
+        self.thread = thread
+        self.ended = False          # set by the sampler thread as it ends, before it signals `wake`
+        self.last = time.monotonic()
+
+    def wait(self) -> None:
+        timeout = self.last + DRAIN_MAX_S - time.monotonic()
+        if self.ended:
+            self.thread.join(DRAIN_INTERVAL_S)
+        elif timeout > 0:
+            ready = select.select(self.fds, [], [], timeout)[0]
+            if self.wake in ready:
+                try:
+                    os.eventfd_read(self.wake)
+                except BlockingIOError:
+                    pass
+            if ready:
+                # at most one drain per DRAIN_INTERVAL_S: the ISeqs of a burst are named together
+                gap = self.last + DRAIN_INTERVAL_S - time.monotonic()
+                if gap > 0:
+                    self.thread.join(gap)
+        self.last = time.monotonic()
+
+
 _PIDFDS: dict = {}
 
 
+def _pidfd(pid: int) -> int:
+    """A pidfd for pid (readable once it has exited), kept open; -1 where the kernel has none
+    (or it is gone)."""
+    fd = _PIDFDS.get(pid)
+    if fd is None:
+        fd = -1
+        if hasattr(os, "pidfd_open"):
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                return -1               # gone, or no pidfds here (or not allowed): the slow way
+        _PIDFDS[pid] = fd
+    return fd
+
+
 def _alive(pid: int) -> bool:
-    """The process still runs (not gone, not a zombie). Asked ten times a second: through a pidfd
+    """The process still runs (not gone, not a zombie). Asked at every drain: through a pidfd
     (readable once the process has exited: one poll, ~1 us) where the kernel has them; else kill(0)
     and its state letter in /proc/PID/stat (~100 us with 8 threads: the kernel sums them all)."""
-    fd = _PIDFDS.get(pid)
-    if fd is None and hasattr(os, "pidfd_open"):
-        try:
-            fd = _PIDFDS[pid] = os.pidfd_open(pid)
-        except ProcessLookupError:
-            return False
-        except OSError:
-            fd = _PIDFDS[pid] = -1          # no pidfds here (or not allowed): the slow way
-    if fd is not None and fd >= 0:
+    fd = _pidfd(pid)
+    if fd >= 0:
         return not select.select([fd], [], [], 0)[0]
     try:
         os.kill(pid, 0)

@@ -86,6 +86,10 @@ class TraceWriter:
         self._write({"t": "samples", "base_ns": base_ns, "dt_ns": dt_ns, "thread": thread,
                      "stack": stack, "state": state})
 
+    def encoded(self, record: bytes) -> None:
+        """A record someone else already encoded as msgpack (the sampler encodes its sample batches)."""
+        self._out.write(record)
+
     def iseq(self, addr: int, label: str, base_label: str, path: str, realpath: Optional[str],
              first_line: int, type: int, at_ns: int, source: str = "remote", **extra) -> None:
         rec = {"t": "iseq", "addr": addr, "label": label, "base_label": base_label, "path": path,

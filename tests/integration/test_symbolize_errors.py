@@ -13,8 +13,8 @@ NO_TRACE, NEWER, TRUNCATED, CORRUPT, OUTPUT = 20, 21, 22, 23, 24
 
 @pytest.fixture(scope="module")
 def real_trace(tmp_path_factory):
-    """A 1 s recording of parked.rb: its bytes and its records' (start, end, type) spans."""
-    path = record_program(tmp_path_factory.mktemp("symbolize"), "parked.rb", duration_s=1.0)
+    """A 2.5 s recording of parked.rb (a batch every 0.5 s): its bytes and its records' (start, end, type) spans."""
+    path = record_program(tmp_path_factory.mktemp("symbolize"), "parked.rb", duration_s=2.5)
     data = path.read_bytes()
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=0)
     unpacker.feed(data)
