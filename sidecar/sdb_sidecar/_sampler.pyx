@@ -225,6 +225,8 @@ cdef enum:
     MAX_IOV = 1024          # UIO_MAXIOV
     EC_SPAN = 64            # bytes read from the ec: covers vm_stack, size, cfp
     SPEC_FRAMES = 8         # phase 1 also reads the control frames from this many above the last cfp
+    WIN_MARGIN = 1024       # ... and the ep words the last read needed in its VM stack, this much wider
+    WIN_MAX = 8192          #     on each side, at most this many bytes (the top of the stack)
     ISEQ_SPAN = 32          # bytes read from an ISeq: flags, wrapper, body
     BODY_SPAN = 32          # bytes read from an ISeq body: type, size, encoded
 
@@ -321,6 +323,13 @@ cdef struct Job:            # one thread being read in this tick
     uint64_t spec_len       #   this many bytes, at spec_off in specbuf (spec_len 0: none)
     uint64_t spec_off
     uint32_t spec_ok        #   1: all of them were read
+    uint64_t win_lo         # phase 1's window of ep words: [win_lo, win_hi) at win_off in eparena
+    uint64_t win_hi
+    uint64_t win_off
+    uint32_t win_ok         #   1: read
+    uint32_t cfp2_ok        # 1: cfp2 was read (in phase 1, after its frames and window; or in phase 3)
+    uint64_t need_lo        # the ep words this read needed in its VM stack (the next read's window)
+    uint64_t need_hi
     uint64_t frame0         # its first RawFrame in raw
     uint8_t hdr[64]         # EC_SPAN bytes of its ec
     uint8_t th[128]         # the span of rb_thread_t holding ec and status (when status is read)
@@ -342,6 +351,7 @@ cdef struct Cluster:        # a span of ep words read with one iovec
     uint64_t lo
     uint64_t hi
     uint64_t arena_off
+    uint32_t preread        # 1: phase 1's window (already read: never widened, never read again)
 
 cdef struct Gathered:       # what the loop gathered since the last drain: handed over whole
     SampleEnt *samples
@@ -374,6 +384,8 @@ cdef struct SlotCache:
     uint64_t cfp            # its cfp, VM stack and the stack's end as last read (speculation only)
     uint64_t vm_stack
     uint64_t stack_end
+    uint64_t win_lo         # the ep words the last read needed in the VM stack (0, 0: none yet)
+    uint64_t win_hi
     uint32_t nprev          # frames in prev (root first)
     uint32_t cap
     FrameEnt *prev          # previous sample's frames, root first
@@ -588,6 +600,7 @@ cdef class Sampler:
     cdef uint8_t *specbuf
     cdef uint64_t specbuf_cap
     cdef readonly uint64_t spec_hits     # threads whose frames phase 1 read speculatively (no phase 2)
+    cdef readonly uint64_t phase3_skips  # reads that phase 1 completed (frames, ep words, cfp again)
     cdef RawFrame *raw
     cdef uint64_t raw_cap
     cdef uint8_t *eparena
@@ -999,6 +1012,10 @@ cdef class Sampler:
                     self.jobs[self.reqs[i + k].job].hdr_ok = 1
                 elif self.reqs[i + k].area == AREA_SPEC:
                     self.jobs[self.reqs[i + k].job].spec_ok = 1
+                elif self.reqs[i + k].area == AREA_EP and self.reqs[i + k].fail == R_OK:
+                    self.jobs[self.reqs[i + k].job].win_ok = 1
+                elif self.reqs[i + k].area == AREA_JOB_CFP2:
+                    self.jobs[self.reqs[i + k].job].cfp2_ok = 1
                 k += 1
             if k < cnt:                     # request i+k failed: skip it, go on after it
                 r = &self.reqs[i + k]
@@ -1017,7 +1034,8 @@ cdef class Sampler:
         cdef Job *job
         cdef SlotCache *c
         cdef uint64_t vm_stack, vm_size, end, raw_total = 0, frames_total = 0, ep_total = 0, spec_total = 0
-        cdef uint64_t need
+        cdef uint64_t need, win_total = 0
+        cdef uint32_t fresh = 0
         cdef uint64_t ep, lo, hi, nframes, read_ns
         cdef MeMemo *memo
         cdef RawFrame *r
@@ -1030,6 +1048,12 @@ cdef class Sampler:
             job.hdr_ok = 0
             job.spec_ok = 0
             job.spec_len = 0
+            job.win_ok = 0
+            job.win_hi = 0
+            job.win_lo = 0
+            job.cfp2_ok = 0
+            job.need_lo = 0
+            job.need_hi = 0
             job.from_status = 0
             c = &self.cache[job.slot]
             if job.state == STATE_UNKNOWN and self.th_len:
@@ -1049,8 +1073,20 @@ cdef class Sampler:
                     job.spec_off = spec_total
                     spec_total += job.spec_len
                     self.add_req(lo, job.spec_len, AREA_SPEC, job.spec_off, j, R_OK)
-        if grow(<void **>&self.specbuf, &self.specbuf_cap, spec_total + 64, 1) != 0:
+                    # the ep words around those the last read needed, then ec->cfp again: when
+                    # every frame's ep words are in the window, this call was the tick's last
+                    if c.win_hi > c.win_lo:
+                        job.win_lo = c.win_lo - WIN_MARGIN if c.win_lo - WIN_MARGIN > c.vm_stack else c.vm_stack
+                        job.win_hi = c.win_hi + WIN_MARGIN if c.win_hi + WIN_MARGIN < c.cfp else c.cfp
+                        if job.win_hi > job.win_lo:
+                            job.win_off = win_total
+                            win_total += job.win_hi - job.win_lo
+                            self.add_req(job.win_lo, job.win_hi - job.win_lo, AREA_EP, job.win_off, j, R_OK)
+                    self.add_req(c.ec + self.L.ec_cfp, 8, AREA_JOB_CFP2, 0, j, R_OK)
+        if (grow(<void **>&self.specbuf, &self.specbuf_cap, spec_total + 64, 1) != 0
+                or grow(<void **>&self.eparena, &self.ep_cap, win_total + 8, 1) != 0):
             return -1
+        ep_total = win_total
         if self.run_reqs() != 0:
             return -1
         # 1b. the header of an ec that changed (a fiber switch, a new thread)
@@ -1068,6 +1104,8 @@ cdef class Sampler:
                 job.result = R_GONE
             elif job.ec != self.cache[job.slot].ec or not job.hdr_ok:
                 job.spec_ok = 0             # the frames read were another ec's (or its header failed)
+                job.win_ok = 0
+                job.cfp2_ok = 0
                 self.add_req(job.ec, EC_SPAN, AREA_JOB_HDR, 0, j, R_GONE)
         if self.nreq and self.run_reqs() != 0:
             return -1
@@ -1126,6 +1164,8 @@ cdef class Sampler:
             if job.spec_ok and (job.cfp < job.spec_lo
                                 or job.cfp + job.nf * <uint64_t>self.L.cfp_size > job.spec_lo + job.spec_len):
                 job.spec_ok = 0
+            if not job.spec_ok:
+                job.cfp2_ok = 0             # read before its frames: phase 3 reads it again
         if (grow(<void **>&self.rawbuf, &self.rawbuf_cap, raw_total + 64, 1) != 0
                 or grow(<void **>&self.raw, &self.raw_cap, frames_total + 1, sizeof(RawFrame)) != 0):
             return -1
@@ -1157,6 +1197,16 @@ cdef class Sampler:
             cl = NULL
             c = &self.cache[job.slot]
             memo = c.memo if not job.truncated else NULL
+            if job.win_ok:
+                # phase 1's window: the job's first span, already read
+                if grow(<void **>&self.clusters, &self.cluster_cap, nclusters + 1, sizeof(Cluster)) != 0:
+                    return -1
+                cl = &self.clusters[nclusters]
+                nclusters += 1
+                cl.lo = job.win_lo
+                cl.hi = job.win_hi
+                cl.arena_off = job.win_off
+                cl.preread = 1
             for f in range(job.nf):
                 r = &self.raw[job.frame0 + f]
                 r.iseq = u64_at(base, f * self.L.cfp_size + self.L.cfp_iseq)
@@ -1179,9 +1229,19 @@ cdef class Sampler:
                     continue
                 lo = r.ep - 16
                 hi = r.ep + 8
+                if lo >= self.cache[job.slot].vm_stack and hi <= job.cfp:     # in its VM stack
+                    if job.need_hi == 0 or lo < job.need_lo:
+                        job.need_lo = lo
+                    if hi > job.need_hi:
+                        job.need_hi = hi
                 # the job's spans so far (few: its VM stack, and heap envs of escaped blocks)
                 cl = NULL
                 for k in range(<int>job.cluster0, <int>nclusters):
+                    if self.clusters[k].preread:
+                        if lo >= self.clusters[k].lo and hi <= self.clusters[k].hi:
+                            cl = &self.clusters[k]
+                            break
+                        continue
                     # within EP_GAP of the span, and the merged span no longer than EP_SPAN_MAX
                     if lo <= self.clusters[k].hi + EP_GAP and hi + EP_GAP >= self.clusters[k].lo \
                             and (hi if hi > self.clusters[k].hi else self.clusters[k].hi) \
@@ -1202,14 +1262,17 @@ cdef class Sampler:
                     nclusters += 1
                     cl.lo = lo
                     cl.hi = hi
+                    cl.preread = 0
                 r.ep_off = nclusters - 1          # the cluster, for now
             job.cluster1 = nclusters
             if job.result != R_OK:
                 nclusters = job.cluster0    # its spans are not read
                 job.cluster1 = nclusters
         for j in range(nclusters):
-            self.clusters[j].arena_off = ep_total
-            ep_total += self.clusters[j].hi - self.clusters[j].lo
+            if not self.clusters[j].preread:
+                self.clusters[j].arena_off = ep_total
+                ep_total += self.clusters[j].hi - self.clusters[j].lo
+                fresh += 1
         if grow(<void **>&self.eparena, &self.ep_cap, ep_total + 8, 1) != 0:
             return -1
         for j in range(first, first + n):
@@ -1221,12 +1284,28 @@ cdef class Sampler:
                 if r.ep_off != NO_EP:
                     cl = &self.clusters[r.ep_off]
                     r.ep_off = cl.arena_off + (r.ep - 16 - cl.lo)
-            for f in range(job.cluster0, job.cluster1):
-                cl = &self.clusters[f]
-                self.add_req(cl.lo, cl.hi - cl.lo, AREA_EP, cl.arena_off, j, R_TORN)
-            self.add_req(job.ec + self.L.ec_cfp, 8, AREA_JOB_CFP2, 0, j, R_TORN)
-        if self.nreq and self.run_reqs() != 0:
-            return -1
+            if job.need_hi > job.need_lo:   # the next read's window: the top of what this one needed
+                c = &self.cache[job.slot]
+                c.win_hi = job.need_hi
+                c.win_lo = job.need_lo if job.need_hi - job.need_lo <= WIN_MAX else job.need_hi - WIN_MAX
+            if not job.cfp2_ok:
+                fresh += 1
+        # phase 3 is needed when a span is not in a window, or a thread's cfp was not read again
+        # after its frames in phase 1; it then reads every thread's cfp again, after all the spans
+        if fresh:
+            for j in range(first, first + n):
+                job = &self.jobs[j]
+                if job.result != R_OK:
+                    continue
+                for f in range(job.cluster0, job.cluster1):
+                    cl = &self.clusters[f]
+                    if not cl.preread:
+                        self.add_req(cl.lo, cl.hi - cl.lo, AREA_EP, cl.arena_off, j, R_TORN)
+                self.add_req(job.ec + self.L.ec_cfp, 8, AREA_JOB_CFP2, 0, j, R_TORN)
+            if self.nreq and self.run_reqs() != 0:
+                return -1
+        else:
+            self.phase3_skips += 1
         # 3b. (reads only at first sight) the method entry of every Ruby frame
         for j in range(first, first + n):
             if self.jobs[j].result == R_OK:
