@@ -209,6 +209,7 @@ cdef enum:
     AREA_JOB_CFP2 = 4
     AREA_JOB_TH = 5
     AREA_SPEC = 6
+    AREA_WIN = 7            # phase 1's window of ep words (in eparena, like AREA_EP)
 
 cdef enum:
     KSTATE_REFRESH_NS = 20000000
@@ -972,7 +973,7 @@ cdef class Sampler:
             return self.rawbuf + r.off
         if r.area == AREA_SPEC:
             return self.specbuf + r.off
-        if r.area == AREA_EP:
+        if r.area == AREA_EP or r.area == AREA_WIN:
             return self.eparena + r.off
         if r.area == AREA_JOB_EC:
             return &self.jobs[r.job].ec
@@ -1012,7 +1013,7 @@ cdef class Sampler:
                     self.jobs[self.reqs[i + k].job].hdr_ok = 1
                 elif self.reqs[i + k].area == AREA_SPEC:
                     self.jobs[self.reqs[i + k].job].spec_ok = 1
-                elif self.reqs[i + k].area == AREA_EP and self.reqs[i + k].fail == R_OK:
+                elif self.reqs[i + k].area == AREA_WIN:
                     self.jobs[self.reqs[i + k].job].win_ok = 1
                 elif self.reqs[i + k].area == AREA_JOB_CFP2:
                     self.jobs[self.reqs[i + k].job].cfp2_ok = 1
@@ -1081,7 +1082,7 @@ cdef class Sampler:
                         if job.win_hi > job.win_lo:
                             job.win_off = win_total
                             win_total += job.win_hi - job.win_lo
-                            self.add_req(job.win_lo, job.win_hi - job.win_lo, AREA_EP, job.win_off, j, R_OK)
+                            self.add_req(job.win_lo, job.win_hi - job.win_lo, AREA_WIN, job.win_off, j, R_OK)
                     self.add_req(c.ec + self.L.ec_cfp, 8, AREA_JOB_CFP2, 0, j, R_OK)
         if (grow(<void **>&self.specbuf, &self.specbuf_cap, spec_total + 64, 1) != 0
                 or grow(<void **>&self.eparena, &self.ep_cap, win_total + 8, 1) != 0):
@@ -1103,9 +1104,8 @@ cdef class Sampler:
             if job.ec == 0:
                 job.result = R_GONE
             elif job.ec != self.cache[job.slot].ec or not job.hdr_ok:
-                job.spec_ok = 0             # the frames read were another ec's (or its header failed)
+                job.spec_ok = 0             # what phase 1 read was another ec's (or its header failed)
                 job.win_ok = 0
-                job.cfp2_ok = 0
                 self.add_req(job.ec, EC_SPAN, AREA_JOB_HDR, 0, j, R_GONE)
         if self.nreq and self.run_reqs() != 0:
             return -1
@@ -1229,7 +1229,7 @@ cdef class Sampler:
                     continue
                 lo = r.ep - 16
                 hi = r.ep + 8
-                if lo >= self.cache[job.slot].vm_stack and hi <= job.cfp:     # in its VM stack
+                if lo >= c.vm_stack and hi <= job.cfp:     # in its VM stack
                     if job.need_hi == 0 or lo < job.need_lo:
                         job.need_lo = lo
                     if hi > job.need_hi:
@@ -1824,8 +1824,8 @@ cdef class Sampler:
         return 1
 
     cdef int tick(self, uint64_t now) noexcept nogil:
-        cdef bint wake
         """Sample every registered thread once. Returns R_FATAL when the target is gone."""
+        cdef bint wake
         cdef uint32_t i, hwm, n = 0, ntorn = 0
         cdef uint64_t t0
         cdef int rc

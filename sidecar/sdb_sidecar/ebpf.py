@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import select
 import threading
 import time
 from collections import deque
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Deque, Dict, List, Optional, Tuple
 
 from . import _leftright, probes, uprobe_link
+from .wakeup import Wakeup
 
 BPF_SOURCE = Path(__file__).resolve().parent.parent.parent / "bpf" / "iseq_events.c"
 NA = 0xFFFF
@@ -175,7 +175,7 @@ class EbpfSymbolizer:
         # addr -> (the name last sent for it, its instruction buffer: the left-right map's value)
         self._known: Dict[int, Tuple[tuple, int]] = {}
         self._stop = threading.Event()
-        self._wake = -1                          # eventfd: close() wakes the reader with it
+        self._wake: Optional[Wakeup] = None      # close() wakes the reader with it
         self._thread: Optional[threading.Thread] = None
         self._bpf = None
         self.obj: Optional[probes.RubyObject] = None
@@ -229,7 +229,7 @@ class EbpfSymbolizer:
         self._batch_keys: List[int] = []
         self._batch_vals: List[int] = []
         self._governor = Governor(self.max_rate, time.monotonic())
-        self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._wake = Wakeup()
         self._thread = threading.Thread(target=self._run, name="sdb-ebpf", daemon=True)
         self._thread.start()
 
@@ -424,7 +424,7 @@ class EbpfSymbolizer:
             try:
                 self._drained = 0
                 self._drain_budget = g.tokens + g.max_rate * poll_s if g.max_rate > 0 else float("inf")
-                self._wait(ring_fd, poll_s)
+                self._wake.wait([ring_fd], poll_s)     # records that wake us, close(), or poll_s
                 if self._drained <= self._drain_budget:
                     self._bpf.ring_buffer_consume()
                 self._publish()
@@ -451,16 +451,6 @@ class EbpfSymbolizer:
                     return
                 raise
 
-    def _wait(self, ring_fd: int, timeout_s: float) -> None:
-        """Until the ring buffer holds records that woke us (or any, when we start waiting), close()
-        or timeout_s."""
-        ready = select.select([ring_fd, self._wake], [], [], timeout_s)[0]
-        if self._wake in ready:
-            try:
-                os.eventfd_read(self._wake)
-            except BlockingIOError:
-                pass
-
     def _publish(self) -> None:
         if self._batch_keys:
             keys, vals = self._batch_keys, self._batch_vals
@@ -476,8 +466,8 @@ class EbpfSymbolizer:
     def close(self) -> None:
         """Stop reading, read what is left, detach every probe."""
         self._stop.set()
-        if self._wake >= 0:
-            os.eventfd_write(self._wake, 1)
+        if self._wake is not None:
+            self._wake.signal()
         if self._thread is not None:
             self._thread.join(5)
             if self._thread.is_alive():
@@ -486,8 +476,8 @@ class EbpfSymbolizer:
                 self._bpf = None
                 return
             self._thread = None
-            os.close(self._wake)
-            self._wake = -1
+            self._wake.close()
+            self._wake = None
             try:
                 self._bpf.ring_buffer_consume()
                 self._publish()

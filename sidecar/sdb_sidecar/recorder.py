@@ -20,6 +20,7 @@ from .kview import KernelView
 from .errors import Exit, SdbError
 from .symbols import RemoteReadError, RemoteRuby
 from .target import Target, check_readable, permission_error
+from .wakeup import Wakeup
 
 DRAIN_INTERVAL_S = 0.1        # the shortest gap between two drains (and top's refresh)
 DRAIN_MAX_S = 0.5             # the longest: a drain wakes the Python thread, ~250 us of CPU here
@@ -213,17 +214,15 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
     })
     drainer = Drainer(target, sampler, writer, symbolizer)
     result = []
-    wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
 
     def sample():
         try:
             result.append(sampler.run(duration_s))
         finally:
-            waiter.ended = True
-            os.eventfd_write(wake, 1)
+            waiter.sampler_ended()
 
     thread = threading.Thread(target=sample, name="sdb-sampler", daemon=True)
-    waiter = DrainWaiter(wake, _pidfd(target.pid), thread)
+    waiter = DrainWaiter(_pidfd(target.pid), thread)
     interrupted = []
 
     def on_stop_signal(signum, frame):
@@ -236,7 +235,7 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
     status = StatusLine(status_stream, quiet, rate_hz, symbolizer)
     started = time.monotonic()
     stalled = False
-    sampler.set_wake_fd(wake)
+    sampler.set_wake_fd(waiter.wakeup.fd)
     thread.start()
     try:
         while thread.is_alive():
@@ -266,7 +265,7 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
         stop_kernel_view(sampler, kernel_view, thread)
         if not thread.is_alive():           # a stalled sampler thread may still write to it
             sampler.set_wake_fd(-1)
-            os.close(wake)
+            waiter.wakeup.close()
     stats = sampler.stats()
     why = result[0] if result else "stopped"
     if stalled:
@@ -295,29 +294,28 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
 
 class DrainWaiter:
     """When the recorder drains: DRAIN_MAX_S after the last drain, or sooner, though never less than
-    DRAIN_INTERVAL_S after it, when the sampler signals `wake` (something new to name: an ISeq must be
-    read while it still holds), the target exits (its pidfd) or the sampler thread ends. In between
+    DRAIN_INTERVAL_S after it, when the sampler signals `wakeup` (something new to name: an ISeq must
+    be read while it still holds), the target exits (its pidfd) or the sampler thread ends. In between
     the Python thread sleeps: in a steady recording it wakes twice a second."""
 
-    def __init__(self, wake: int, pidfd: int, thread: threading.Thread):
-        self.fds = [wake] + ([pidfd] if pidfd >= 0 else [])
-        self.wake = wake
+    def __init__(self, pidfd: int, thread: threading.Thread):
+        self.wakeup = Wakeup()
+        self.fds = [pidfd] if pidfd >= 0 else []
         self.thread = thread
-        self.ended = False          # set by the sampler thread as it ends, before it signals `wake`
+        self.ended = False
         self.last = time.monotonic()
+
+    def sampler_ended(self) -> None:
+        """Called by the sampler thread as it ends: the loop drains once more without waiting."""
+        self.ended = True
+        self.wakeup.signal()
 
     def wait(self) -> None:
         timeout = self.last + DRAIN_MAX_S - time.monotonic()
         if self.ended:
             self.thread.join(DRAIN_INTERVAL_S)
         elif timeout > 0:
-            ready = select.select(self.fds, [], [], timeout)[0]
-            if self.wake in ready:
-                try:
-                    os.eventfd_read(self.wake)
-                except BlockingIOError:
-                    pass
-            if ready:
+            if self.wakeup.wait(self.fds, timeout):
                 # at most one drain per DRAIN_INTERVAL_S: the ISeqs of a burst are named together
                 gap = self.last + DRAIN_INTERVAL_S - time.monotonic()
                 if gap > 0:

@@ -379,26 +379,20 @@ ISEQ_TYPE_METHOD = 1
 
 def method_fits(iseq: Optional[dict], method: Optional[dict]) -> bool:
     """Whether full_label names a Ruby frame of this ISeq after this method entry: a `def` method with
-    a class, whose name the ISeq can carry (see _method_fits)."""
-    return bool(method and method.get("type") == METHOD_ISEQ and method.get("class_path") and method.get("name")
-                and _method_fits(iseq or {}, (iseq or {}).get("base_label") or "", method["name"]))
+    a class, and one that can be this frame's. A method's ISeq, and its blocks, rescues and ensures,
+    carry the method's original name as base label, which is the entry's name (its original_id): a
+    frame read while the stack moved can pair an ISeq with another frame's entry, and such a pair
+    must not lend the ISeq another method's name. Other ISeqs (an eval inside a method) cannot be
+    checked this way and keep the entry."""
+    if not (method and method.get("type") == METHOD_ISEQ and method.get("class_path") and method.get("name")):
+        return False
+    return not names_its_method(iseq) or ((iseq or {}).get("base_label") or "") == method["name"]
 
 
 def names_its_method(iseq: Optional[dict]) -> bool:
     """A method's ISeq, or one of its blocks, rescues or ensures: an ISeq whose frames a method entry
     can be checked against (by name) and so be borrowed for (sdb_symbolize.resolve)."""
     return bool(iseq) and (iseq.get("type") == ISEQ_TYPE_METHOD or iseq.get("type") in _PREFIXED)
-
-
-def _method_fits(iseq: dict, base: str, name: str) -> bool:
-    """Whether a method entry can be this frame's. A method's ISeq, and its blocks, rescues and
-    ensures, carry the method's original name as base label, which is the entry's name (its
-    original_id): a frame read while the stack moved can pair an ISeq with another frame's entry,
-    and such a pair must not lend the ISeq another method's name. Other ISeqs (an eval inside a
-    method) cannot be checked this way and keep the entry."""
-    if iseq.get("type") == ISEQ_TYPE_METHOD or iseq.get("type") in _PREFIXED:
-        return base == name
-    return True
 
 
 def _insert_symbol(table: Dict[int, List[Symbol]], addr: int, sym: Symbol) -> None:
