@@ -15,7 +15,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sdb {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for cmd in COMMANDS:
-        p = sub.add_parser(cmd.name, help=cmd.__doc__, description=cmd.__doc__)
+        # argparse %-formats a subcommand's help (not its description): "%own" must reach it as "%%own"
+        doc = (cmd.__doc__ or "").replace("%", "%%")
+        p = sub.add_parser(cmd.name, help=doc, description=cmd.__doc__)
         cmd.add_arguments(p)
         p.set_defaults(run=cmd.run)
     return parser
