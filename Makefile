@@ -16,7 +16,7 @@ GEM_HOME_DIR = $(CURDIR)/$(BUILD)/gem-home
 SYSTEM_PYTHON := /usr/bin/python3
 GEM_SOURCES := $(wildcard gem/ext/sdb/*.c gem/ext/sdb/*.h gem/ext/sdb/*.rb gem/lib/*.rb gem/lib/sdb/*.rb) gem/sdb.gemspec
 
-.PHONY: setup demo test test-fast bench clean help
+.PHONY: setup demo test bench clean help
 help:
 	@echo "make demo    - set up, record the example app, print its top stacks"
 	@echo "make test    - set up, run the test suite"
@@ -66,10 +66,15 @@ demo: setup
 # The Rubies under test: Debian's 3.1 and 3.3/3.4 built from Debian's sources (cached in
 # /var/cache/sdb), each with the gem installed as a user installs it. One line each: version path.
 RUBIES_LIST := $(BUILD)/rubies.txt
-.PHONY: rubies
-rubies: $(STAMPS)/machine
+.PHONY: rubies check-ruby-build-env
+rubies: $(STAMPS)/machine check-ruby-build-env
 	@mkdir -p $(BUILD)
 	scripts/rubies > $(RUBIES_LIST)
+
+# Ruby's build must not inherit this make's environment (MAKEFLAGS has --no-builtin-rules): built here,
+# under this make, as scripts/rubies builds a Ruby. CI has the Rubies cached and sees no cold build.
+check-ruby-build-env:
+	scripts/rubies --check-make-env
 
 # The gem's own tests, then the suite on every Ruby (on those with YJIT, again with --yjit); tests
 # marked `once` (outputs, commands, the benchmark smoke run: nothing Ruby-version-specific) run once,
