@@ -262,6 +262,7 @@ class Trace:
     samples: List[tuple] = field(default_factory=list)  # (t_ns, serial, stack_id, state)
     stack_labels: List[List[Optional[str]]] = field(default_factory=list)  # per stack id, innermost first
     tables: Optional[object] = None        # sdb_trace.Tables (frames, stacks, symbols)
+    windows: List[int] = field(default_factory=list)    # per sample: its copy window, us (win_us)
 
     def serial_named(self, name: str) -> int:
         found = [s for s, names in self.thread_names.items() if name in names]
@@ -291,23 +292,25 @@ def read_trace(path) -> Trace:
         elif rec["t"] == "thread_end":
             ends[rec["serial"]] = rec
     samples: List[tuple] = []
+    windows: List[int] = []
 
-    def on_batch(base, dts, threads, stacks, states):
+    def on_batch(base, dts, threads, stacks, states, wins):
         for dt, th, sid, st in zip(dts, threads, stacks, states):
             samples.append((base + dt, th, sid, st))
+        windows.extend(wins)
 
-    iter_samples(path, on_batch)
+    iter_samples(path, on_batch, windows=True)
     labels = []
     for stack in tables.stacks:
         row = []
         for fid in stack:
             if tables.frame_kind[fid] == KIND_RUBY:
-                sym = tables.symbol_at(tables.iseqs, tables.frame_iseq[fid], 0)
-                row.append(sym.label if sym else None)
+                syms = tables.iseqs.get(tables.frame_iseq[fid])     # the first name at the address
+                row.append(syms[0].label if syms else None)
             else:
                 row.append(None)
         labels.append(row)
-    return Trace(path, header, records, tables.end, tables.threads, names, ends, samples, labels, tables)
+    return Trace(path, header, records, tables.end, tables.threads, names, ends, samples, labels, tables, windows)
 
 
 # ------------------------------------------------------------------ registry
@@ -342,6 +345,19 @@ def wait_for(predicate, timeout: float, interval: float = 0.02, what: str = "con
         if time.monotonic() >= deadline:
             pytest.fail(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+def ebpf_attached_so_far(path) -> bool:
+    """The trace still being written says the eBPF symbolizer is attached (its ebpf_attached record)."""
+    from sdb_trace import TraceError
+    try:
+        with TraceReader(str(path)) as r:
+            try:
+                return any(rec["t"] == "ebpf_attached" for rec in r.records())
+            except TraceError:
+                return False
+    except (TraceError, OSError):
+        return False
 
 
 def samples_so_far(path) -> int:

@@ -266,6 +266,8 @@ cdef struct SampleEnt:
     uint64_t serial
     uint32_t stack
     uint32_t state
+    uint32_t win_us         # its frames were copied within [t_ns - win_us * 1000, t_ns] (rounded up)
+    uint32_t pad
 
 cdef struct ThreadEvt:
     uint32_t ended       # 0: seen (new, or a new name), 1: left the registry
@@ -339,6 +341,7 @@ cdef struct Job:            # one thread being read in this tick
     uint64_t kv0            # 3.1 with the kernel view: its word before the read
     uint32_t kv_used        #   1: kv0 was taken (the view holds this thread)
     uint64_t read_ns        # when its control frames had been copied: the sample's time (read_jobs)
+    uint64_t lo_ns          # before the first read of them: they were copied within [lo_ns, read_ns]
 
 cdef struct Req:            # one remote read, queued for run_reqs
     uint64_t addr
@@ -730,8 +733,12 @@ cdef class Sampler:
         return self.th_len != 0
 
     def use_named(self, LeftRightMap named):
-        """ISeqs in `named` (written by the eBPF symbolizer) need no remote read at first sight."""
+        """ISeqs in `named` (written by the eBPF symbolizer) need no remote read at first sight.
+        May be called while the sampler runs (between two ticks)."""
+        with nogil:
+            pthread_mutex_lock(&self.mu)
         self.named = named
+        pthread_mutex_unlock(&self.mu)
 
     def read_memory(self, uint64_t addr, size_t n):
         """Read n bytes at addr in the target; raises OSError (errno set) on failure or a short read."""
@@ -1042,10 +1049,12 @@ cdef class Sampler:
         cdef RawFrame *r
         cdef uint8_t *base
         cdef Cluster *cl
+        cdef uint64_t lo_ns = sdb_now_ns()
         # 1. th->ec, and the header of the ec seen last time, and after it (so read later, as
         #    phase 2 would) that ec's control frames from a few frames above its last cfp
         for j in range(first, first + n):
             job = &self.jobs[j]
+            job.lo_ns = lo_ns
             job.hdr_ok = 0
             job.spec_ok = 0
             job.spec_len = 0
@@ -1447,6 +1456,12 @@ cdef class Sampler:
         cdef FrameEnt *f
         cdef const uint64_t *epd
         cdef int same
+        # the copy window as the trace keeps it, in whole us back from `now` (rounded out): names
+        # first read for this sample hold from exactly the window's start the trace will show
+        if now > job.lo_ns:
+            job.lo_ns = now - (now - job.lo_ns + 999) // 1000 * 1000
+        else:
+            job.lo_ns = now
         cdef FrameEnt *pf
         cdef uint32_t *pi
         if sdb_load_acquire_u64(&s.gen) != job.gen:
@@ -1494,8 +1509,8 @@ cdef class Sampler:
                 f.iseq = 0
                 f.pc = 0
                 f.me = epd[0]
-                if f.me == 0:
-                    return R_TORN
+                if f.me == 0 or self.check_me(f.me, 0) == 0:
+                    return R_TORN       # ep[-2] is not a method entry: read while the frame changed
                 n_out += 1
             elif r.iseq != 0 and magic == MAGIC_IFUNC:
                 f.kind = KIND_OTHER
@@ -1526,12 +1541,14 @@ cdef class Sampler:
                     self.ids[j] = c.prev_ids[k]
                     continue
             same = 0
+            # a name read later for an address first seen here must hold from the earliest moment
+            # these frames may have been copied (the drainer proves nothing was born there since)
             if f.kind == KIND_RUBY:
-                if not self.check_iseq(f.iseq, f.pc, now):
+                if not self.check_iseq(f.iseq, f.pc, job.lo_ns):
                     return R_TORN
-                self.note_me(f.me, now)
+                self.note_me(f.me, job.lo_ns)
             elif f.kind == KIND_CFUNC:
-                self.note_me(f.me, now)
+                self.note_me(f.me, job.lo_ns)
             fid = self.intern_frame(f)
             if fid < 0:
                 return R_FATAL
@@ -1561,12 +1578,18 @@ cdef class Sampler:
             c.prev_stack = <uint32_t>sid
             c.has_prev = 1
 
-        return self.emit(job, <uint32_t>sid, now)
+        return self.emit(job, <uint32_t>sid, now, job.lo_ns)
 
-    cdef int emit(self, const Job *job, uint32_t sid, uint64_t now) noexcept nogil:
+    cdef int emit(self, const Job *job, uint32_t sid, uint64_t now, uint64_t lo_ns) noexcept nogil:
+        """A sample at `now` of stack `sid`, whose frames were copied no earlier than lo_ns (a stack
+        known unchanged since an earlier read: lo_ns = now)."""
+        cdef uint64_t win = (now - lo_ns + 999) // 1000 if now > lo_ns else 0
         if grow(<void **>&self.g.samples, &self.g.sample_cap, self.g.sample_len + 1, sizeof(SampleEnt)) != 0:
             return R_FATAL
         self.g.samples[self.g.sample_len].t_ns = now
+        if win > 0xffffffffUL:
+            win = 0xffffffffUL
+        self.g.samples[self.g.sample_len].win_us = <uint32_t>win
         self.g.samples[self.g.sample_len].serial = job.serial
         self.g.samples[self.g.sample_len].stack = sid
         self.g.samples[self.g.sample_len].state = job.state
@@ -1849,12 +1872,12 @@ cdef class Sampler:
                 if self.still_idle(&self.jobs[n]):
                     # blocked or waiting for the GVL since the last read, and it has not taken the
                     # GVL since (the gem counts every time it does): it ran no Ruby, same stack
-                    if self.emit(&self.jobs[n], self.cache[i].prev_stack, now) != R_OK:
+                    if self.emit(&self.jobs[n], self.cache[i].prev_stack, now, now) != R_OK:
                         pthread_mutex_unlock(&self.mu)
                         return R_FATAL
                     self.reused += 1
                 elif self.still_asleep(&self.jobs[n]):
-                    if self.emit(&self.jobs[n], self.cache[i].prev_stack, now) != R_OK:
+                    if self.emit(&self.jobs[n], self.cache[i].prev_stack, now, now) != R_OK:
                         pthread_mutex_unlock(&self.mu)
                         return R_FATAL
                     self.reused += 1
@@ -2047,19 +2070,19 @@ cdef class Sampler:
 
 cdef object encode_samples_record(const SampleEnt *smp, uint64_t n):
     """The trace's samples record for smp[0:n] (docs/trace-format.md): {"t": "samples", "base_ns",
-    "dt_ns", "thread", "stack", "state"}, encoded as msgpack.Packer encodes that dict. None if n is 0."""
+    "dt_ns", "thread", "stack", "state", "win_us"}, encoded as msgpack.Packer encodes that dict. None if n is 0."""
     cdef uint8_t *buf
     cdef uint8_t *p
     cdef uint64_t i, base
     if n == 0:
         return None
-    buf = <uint8_t *>malloc(128 + 4 * 9 * n)    # 9 bytes at most per number
+    buf = <uint8_t *>malloc(128 + 5 * 9 * n)    # 9 bytes at most per number
     if buf == NULL:
         raise MemoryError()
     try:
         with nogil:
             base = smp[0].t_ns
-            p = sdb_mp_map(buf, 6)
+            p = sdb_mp_map(buf, 7)
             p = sdb_mp_str(p, "t")
             p = sdb_mp_str(p, "samples")
             p = sdb_mp_str(p, "base_ns")
@@ -2080,12 +2103,16 @@ cdef object encode_samples_record(const SampleEnt *smp, uint64_t n):
             p = sdb_mp_array(p, n)
             for i in range(n):
                 p = sdb_mp_uint(p, smp[i].state)
+            p = sdb_mp_str(p, "win_us")
+            p = sdb_mp_array(p, n)
+            for i in range(n):
+                p = sdb_mp_uint(p, smp[i].win_us)
         return (<char *>buf)[:p - buf]
     finally:
         free(buf)
 
 
-def encode_samples_for_test(list t_ns, list serial, list stack, list state):
+def encode_samples_for_test(list t_ns, list serial, list stack, list state, list win_us):
     """encode_samples_record over Python lists (for the tests: compare with msgpack's own encoding)."""
     cdef uint64_t n = len(t_ns), i
     cdef SampleEnt *smp = <SampleEnt *>malloc((n + 1) * sizeof(SampleEnt))
@@ -2097,6 +2124,7 @@ def encode_samples_for_test(list t_ns, list serial, list stack, list state):
             smp[i].serial = serial[i]
             smp[i].stack = stack[i]
             smp[i].state = state[i]
+            smp[i].win_us = win_us[i]
         return encode_samples_record(smp, n)
     finally:
         free(smp)

@@ -166,6 +166,9 @@ class EbpfSymbolizer:
         self.records: Deque[dict] = deque()      # for the Drainer, in event order
         self.pauses: List[list] = []             # [start_ns, end_ns or None]: creation probes detached
         self._pause_lock = threading.Lock()
+        self._consume_lock = threading.Lock()    # the reader thread and sync() take turns at the ring
+        self._syncing = False
+        self.attached_ns = 1 << 63               # when the creation probes were first in (start())
         self._paused = False
         self._trusted_from_ns = 0                # ISeqs born before this (a resume) are not put in the map
         self._drained = 0                        # ISeq records taken in the current drain ...
@@ -228,6 +231,7 @@ class EbpfSymbolizer:
             raise EbpfUnavailable(f"cannot attach uprobes to {self.obj.path}: {e}") from None
         self._batch_keys: List[int] = []
         self._batch_vals: List[int] = []
+        self.attached_ns = time.monotonic_ns()   # every ISeq born from now on has its record
         self._governor = Governor(self.max_rate, time.monotonic())
         self._wake = Wakeup()
         self._thread = threading.Thread(target=self._run, name="sdb-ebpf", daemon=True)
@@ -333,9 +337,11 @@ class EbpfSymbolizer:
         return self._paused
 
     def attached_throughout(self, a_ns: int, b_ns: int) -> bool:
-        """True if the creation probes were attached all the time from a_ns to b_ns: then no ISeq
-        was born unseen in between, and a name eBPF or a remote read gave at a_ns still holds at
-        b_ns unless a later record says otherwise."""
+        """True if the creation probes were attached all the time from a_ns to b_ns, and no record
+        was lost: then no ISeq was born unseen in between, and a name eBPF or a remote read gave at
+        a_ns still holds at b_ns unless a later record says otherwise."""
+        if a_ns < self.attached_ns or self.lost:
+            return False
         with self._pause_lock:
             for start, end in reversed(self.pauses):
                 if end is not None and end <= a_ns:
@@ -349,9 +355,24 @@ class EbpfSymbolizer:
         self._on_event(data, size)
         # a burst goes on while we drain it: once this drain alone overdraws the budget, stop
         # draining (a negative return ends libbpf's loop; the rest waits) and let the governor pause
-        if self._drained > self._drain_budget and not self._paused and not self._stop.is_set():
+        if self._drained > self._drain_budget and not self._paused and not self._stop.is_set() \
+                and not self._syncing:
             return -1
         return 0
+
+    def sync(self) -> None:
+        """Read every record the probes wrote until now (the Drainer, before it names ISeqs remotely:
+        an ISeq born before this call has its record then, however late the reader thread runs)."""
+        with self._consume_lock:
+            if self._bpf is None or self._thread is None:
+                return
+            self._syncing = True
+            try:
+                self._bpf.ring_buffer_consume()
+                self._publish()
+                self.lost = sum(self._bpf["dropped"][0])
+            finally:
+                self._syncing = False
 
     def _on_event(self, data, size):
         if size < HDR_SIZE:
@@ -369,7 +390,8 @@ class EbpfSymbolizer:
             # the Drainer reads this one remotely (a string longer than the probe copies, or a page
             # the probe could not read)
             self._unname(h.addr)
-            self.records.append({"kind": "remote", "addr": h.addr, "at_ns": h.time_ns, "probe": sym})
+            self.records.append({"kind": "remote", "addr": h.addr, "at_ns": h.time_ns, "probe": sym,
+                                 "encoded": h.addr2})
             return
         raw = ctypes.string_at(data + HDR_SIZE, sum(h.len))
         strs, off = [], 0
@@ -394,7 +416,7 @@ class EbpfSymbolizer:
         # the same address then): the record names it from birth, but the sampler reads it remotely
         self.records.append({"kind": "new", "addr": h.addr, "at_ns": h.time_ns, "probe": sym,
                              "label": label, "base_label": base_label, "path": path, "realpath": realpath,
-                             "first_line": h.first_line, "type": h.type})
+                             "first_line": h.first_line, "type": h.type, "encoded": h.addr2})
 
     def _unname(self, addr: int) -> None:
         """What eBPF named at addr no longer holds: value 0 tells the sampler to read it remotely."""
@@ -425,9 +447,10 @@ class EbpfSymbolizer:
                 self._drained = 0
                 self._drain_budget = g.tokens + g.max_rate * poll_s if g.max_rate > 0 else float("inf")
                 self._wake.wait([ring_fd], poll_s)     # records that wake us, close(), or poll_s
-                if self._drained <= self._drain_budget:
-                    self._bpf.ring_buffer_consume()
-                self._publish()
+                with self._consume_lock:
+                    if self._drained <= self._drain_budget:
+                        self._bpf.ring_buffer_consume()
+                    self._publish()
                 sent = budget[budget.Key(0)].value
                 events, sent_seen = sent - sent_seen, sent
                 # quiet: poll less often (an ISeq born meanwhile is named later, or read remotely if
@@ -475,7 +498,8 @@ class EbpfSymbolizer:
                 # would be a use-after-free. Leave both to process exit (the probes go with it).
                 self._bpf = None
                 return
-            self._thread = None
+            with self._consume_lock:
+                self._thread = None
             self._wake.close()
             self._wake = None
             try:
@@ -502,5 +526,6 @@ class EbpfSymbolizer:
         return {"object": o.path, "probes": [p.symbol for p in o.creators],
                 "mover": o.mover.symbol if o.mover else None, "not_probeable": list(o.missing),
                 "attach": "uprobe_multi" if self._link_progs is not None else "perf_event",
+                "attached_ns": self.attached_ns,
                 "events": dict(self.counts), "lost": self.lost, "max_rate": self.max_rate,
                 "pauses": pauses, "paused_s": round(paused_ns / 1e9, 3)}

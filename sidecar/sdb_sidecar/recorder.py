@@ -22,11 +22,11 @@ from .symbols import RemoteReadError, RemoteRuby
 from .target import Target, check_readable, permission_error
 from .wakeup import Wakeup
 
-DRAIN_INTERVAL_S = 0.1        # the shortest gap between two drains (and top's refresh)
+DRAIN_INTERVAL_S = 0.1        # the shortest gap between two drains (and top's refresh) ...
+NAMING_INTERVAL_S = 0.02      # ... but for one that names what a sample showed first: read it while it holds
 DRAIN_MAX_S = 0.5             # the longest: a drain wakes the Python thread, ~250 us of CPU here
 STATUS_INTERVAL_S = 0.5
 STALL_GRACE_S = 3.0
-RECORD_LAG_NS = 1_000_000_000   # an eBPF record reaches the Drainer well within this after the ISeq's birth
 
 
 # the name of a sampled ISeq that was gone before it could be read (without eBPF to name it at birth)
@@ -35,7 +35,20 @@ UNKNOWN_ISEQ = {"label": "(unknown)", "base_label": "(unknown)", "path": "", "re
 
 
 class Drainer:
-    """Turns what the sampler gathered into trace records (and names new ISeqs)."""
+    """Turns what the sampler gathered into trace records, and names the ISeqs it saw first.
+
+    A name must hold for every sample that uses it. The sampler hands over each ISeq address it
+    saw first with `lo`, the earliest moment that sample's frames may have been copied, and the
+    instructions' address it saw there. With eBPF attached, every ISeq born has a record by the
+    time the Drainer looks (`EbpfSymbolizer.sync`): one born at the address at or before `lo`,
+    with those instructions, names it, no read needed; otherwise it is read from the target now,
+    and that name holds back to `lo` only if no ISeq was born at the address in between (eBPF
+    attached all that time says so); if one was, the read named its successor and the sample's
+    ISeq is `(unknown)`. Without eBPF (or across one of its pauses) births are not seen: a read
+    that finds other instructions at the address names nothing; one that finds the same is taken
+    (`unproven` counts those)."""
+
+    BIRTHS_KEPT = 4     # per address: enough for the births since any pending read's `lo`
 
     def __init__(self, target: Target, sampler: "_sampler.Sampler", writer: TraceWriter,
                  ebpf: Optional[EbpfSymbolizer] = None):
@@ -43,9 +56,16 @@ class Drainer:
         self.sampler = sampler
         self.writer = writer
         self.remote = RemoteRuby(sampler, target.registry.layout)
-        self.symbol_errors = 0
-        self.ebpf = ebpf
+        self.symbol_errors = 0      # names that could not be read (the ISeq or method entry was gone)
+        self.superseded = 0         # remote reads that found a successor born since the sample
+        self.unproven = 0           # remote names taken without eBPF's proof that nothing was born between
+        self.unnamed_iseqs = 0      # ISeqs written as (unknown): gone, replaced, or superseded before the read
+        self.unnamed_methods = 0    # method entries written without a name
+        self.ebpf = ebpf            # set once the eBPF symbolizer is attached (EbpfStarter)
         self.names: dict = {}       # addr -> (the name last written for it, its at_ns): a GC move carries it
+        self.births: dict = {}      # addr -> [(at_ns, name or None, instructions)], eBPF births, oldest first
+        self.to_read: list = []     # [(addr, lo_ns, instructions)]: ISeqs to name by reading the target
+        self.ebpf_announced = False     # the trace's ebpf_attached record is written
 
     def write_iseq(self, addr: int, at_ns: int, source: str, info: dict, **extra) -> None:
         self.remote.forget(addr)    # a new ISeq here: cached facts about the address are stale
@@ -58,27 +78,70 @@ class Drainer:
         prev = self.names.get(addr)
         return prev is not None and self.ebpf is not None and self.ebpf.attached_throughout(prev[1], at_ns)
 
-    def remote_iseq(self, addr: int, at_ns: int, encoded: int = 0) -> None:
-        """Name an ISeq by reading it now. `encoded`: its instructions' address when it was sampled;
-        if the ISeq there now has others, the sampled one was freed (or moved) and its slot reused
-        since: its name is lost, never taken from its successor."""
-        self.remote.forget(addr)
-        try:
-            if encoded and self.remote.u64(self.remote.iseq_body(addr) + self.remote.L["body_iseq_encoded"],
-                                           "ISeq instructions") != encoded:
-                raise RemoteReadError(f"ISeq 0x{addr:x} was replaced before it was read")
-            info = self.remote.iseq_info(addr)
-        except RemoteReadError:
-            self.symbol_errors += 1
-            prev = self.names.get(addr)
-            if self.ebpf is None or not self.ebpf.attached_throughout(prev[1] if prev else at_ns - RECORD_LAG_NS,
-                                                                      at_ns):
-                # what held here before must not name this sample. With eBPF attached since that
-                # name was written (or for the last RECORD_LAG_NS, when there is none), the name
-                # held here is this ISeq's, or its own record is on the way; not across a pause.
-                self.write_iseq(addr, at_ns, "remote", UNKNOWN_ISEQ)
+    def _born(self, addr: int, at_ns: int, info: Optional[dict], encoded: int) -> None:
+        b = self.births.setdefault(addr, [])
+        b.append((at_ns, info, encoded))
+        if len(b) > 1 and b[-2][0] > at_ns:
+            b.sort(key=lambda x: x[0])
+        del b[:-self.BIRTHS_KEPT]
+
+    def named_at_birth(self, addr: int, lo: int, encoded: int) -> bool:
+        """eBPF named the ISeq at addr that a sample showed (copied at lo or later) at its birth: the
+        last birth there at or before lo has a name, these instructions, and no birth came unseen
+        from it to lo."""
+        ebpf = self.ebpf
+        if ebpf is None:
+            return False
+        births = self.births.get(addr)
+        if not births:
+            return False
+        last = None
+        for b in births:
+            if b[0] <= lo:
+                last = b
+        return (last is not None and last[1] is not None and (not encoded or not last[2] or last[2] == encoded)
+                and ebpf.attached_throughout(last[0], lo))
+
+    def born_between(self, addr: int, lo: int, hi: int) -> bool:
+        return any(lo < b[0] <= hi for b in self.births.get(addr, ()))
+
+    def sync_ebpf(self) -> None:
+        """Every eBPF record written until now, into the trace."""
+        if self.ebpf is not None:
+            self.ebpf.sync()
+            self.drain_ebpf()
+
+    def name_remotely(self) -> None:
+        """Name the ISeqs in to_read by reading them (see the class's docstring)."""
+        reads, self.to_read = self.to_read, []
+        done = []
+        for addr, lo, encoded in reads:
+            if self.named_at_birth(addr, lo, encoded):
+                continue
+            self.remote.forget(addr)
+            try:
+                if encoded and self.remote.u64(self.remote.iseq_body(addr) + self.remote.L["body_iseq_encoded"],
+                                               "ISeq instructions") != encoded:
+                    raise RemoteReadError(f"ISeq 0x{addr:x} was replaced before it was read")
+                info = self.remote.iseq_info(addr)
+            except RemoteReadError:
+                self.symbol_errors += 1
+                info = None
+            done.append((addr, lo, info, _sampler.monotonic_ns()))
+        if not done:
             return
-        self.write_iseq(addr, at_ns, "remote", info)
+        self.sync_ebpf()        # births until after the reads
+        for addr, lo, info, read_ns in done:
+            if info is not None:
+                if self.ebpf is not None and self.ebpf.attached_throughout(lo, read_ns):
+                    if self.born_between(addr, lo, read_ns):
+                        self.superseded += 1
+                        info = None
+                else:
+                    self.unproven += 1
+            if info is None:
+                self.unnamed_iseqs += 1
+            self.write_iseq(addr, lo, "remote", info if info is not None else UNKNOWN_ISEQ)
 
     def drain_ebpf(self) -> None:
         """ISeqs named at birth by eBPF (source "ebpf", the event's time); moves keep a name."""
@@ -86,10 +149,13 @@ class Drainer:
             kind, addr = ev["kind"], ev.get("addr")
             if kind == "new":
                 info = {k: ev[k] for k in ("label", "base_label", "path", "realpath", "first_line", "type")}
+                self._born(addr, ev["at_ns"], info, ev["encoded"])
                 self.write_iseq(addr, ev["at_ns"], "ebpf", info)
             elif kind == "remote":      # a string longer than the probe copies: read it here
-                self.remote_iseq(addr, ev["at_ns"])
+                self._born(addr, ev["at_ns"], None, ev["encoded"])
+                self.to_read.append((addr, ev["at_ns"], ev["encoded"]))
             elif kind == "move":
+                self._born(addr, ev["at_ns"], None, 0)
                 if self.name_holds(ev["from"], ev["at_ns"]):
                     self.write_iseq(addr, ev["at_ns"], "move", self.names[ev["from"]][0], moved_from=ev["from"])
                 elif addr in self.names:
@@ -102,21 +168,26 @@ class Drainer:
                 self.writer.ebpf_resume(ev["at_ns"])
 
     def drain(self) -> dict:
-        if self.ebpf is not None:
-            self.drain_ebpf()
         d = self.sampler.drain(encode_samples=True)
         w = self.writer
+        if self.ebpf is not None and not self.ebpf_announced:
+            self.ebpf_announced = True
+            w.ebpf_attached(self.ebpf.attached_ns, self.ebpf.summary()["attach"])
+        self.sync_ebpf()        # every ISeq the samples above show was born before this
         for ev in d["threads"]:
             if not ev["ended"]:
                 w.thread(ev["serial"], ev["tid"], ev["name"], ev["start_ns"], ev["flags"], ev["at_ns"])
-        for (addr, at_ns), encoded in zip(d["new_iseqs"], d["new_iseq_encoded"]):
-            self.remote_iseq(addr, at_ns, encoded)
+        for (addr, lo), encoded in zip(d["new_iseqs"], d["new_iseq_encoded"]):
+            self.to_read.append((addr, lo, encoded))
+        self.name_remotely()
         for me, at_ns in d["new_mes"]:
             try:
                 m = self.remote.method_info(me)
             except RemoteReadError:
                 self.symbol_errors += 1
                 m = {"name": None, "type": -1, "class_path": None, "singleton": False}
+            if m["name"] is None:
+                self.unnamed_methods += 1
             w.method(me, at_ns=at_ns, source="remote", **m)
         if d["frame_kind"]:
             lines = [self.remote.line(i, pc) if k == 0 else 0
@@ -140,18 +211,58 @@ def open_output(path: str) -> IO[bytes]:
         raise SdbError(f"cannot write {path}: {e.strerror}", Exit.OUTPUT) from None
 
 
-def start_ebpf(target: Target, sampler: "_sampler.Sampler", max_rate: float = DEFAULT_MAX_RATE) \
-        -> Optional[EbpfSymbolizer]:
-    """The eBPF symbolizer for this target, or None after one notice saying why not."""
-    named = _leftright.LeftRightMap(4096)
-    sym = EbpfSymbolizer(target.pid, target.registry.layout, named, max_rate)
+def start_ebpf(target: Target, max_rate: float = DEFAULT_MAX_RATE) -> Optional[EbpfSymbolizer]:
+    """The eBPF symbolizer for this target, attached, or None after one notice saying why not.
+    The sampler uses its names once given `sym.named` (EbpfStarter)."""
+    sym = EbpfSymbolizer(target.pid, target.registry.layout, _leftright.LeftRightMap(4096), max_rate)
     try:
         sym.start()
     except EbpfUnavailable as e:
         sys.stderr.write(f"sdb: notice: no eBPF symbolizer ({e}); ISeqs are named by remote reads\n")
         return None
-    sampler.use_named(named)
     return sym
+
+
+class EbpfStarter:
+    """Compiles and attaches the eBPF programs beside the sampling, which starts at once (bcc's
+    compile takes a second or more, several on a busy machine): ISeqs born before the probes are in
+    are named by remote reads, as those alive before the recording are. On Ruby 3.1 the kernel
+    view comes with them; procfs tells the sampler which threads ran until then."""
+
+    def __init__(self, target: Target, sampler: "_sampler.Sampler", drainer: Drainer, max_rate: float):
+        self.target, self.sampler, self.drainer, self.max_rate = target, sampler, drainer, max_rate
+        self.symbolizer: Optional[EbpfSymbolizer] = None
+        self.kernel_view: Optional[KernelView] = None
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._thread = threading.Thread(target=self._start, name="sdb-ebpf-start", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
+        sym = kv = None
+        try:
+            sym = start_ebpf(self.target, self.max_rate)
+            kv = start_kernel_view(self.target, self.sampler, notice=sym is not None)
+        except Exception as e:      # the recording goes on without eBPF whatever happened here
+            sys.stderr.write(f"sdb: notice: no eBPF symbolizer ({e.__class__.__name__}: {e}); "
+                             f"ISeqs are named by remote reads\n")
+        with self._lock:
+            if self._cancelled:     # the recording ended while we compiled
+                if sym is not None:
+                    sym.close()
+                stop_kernel_view(self.sampler, kv)
+                return
+            self.kernel_view = kv
+            if sym is not None:
+                self.sampler.use_named(sym.named)
+                self.symbolizer = sym
+                self.drainer.ebpf = sym
+
+    def finish(self) -> None:
+        """The recording is over: what is attached stays for the final drain (the caller closes it);
+        what is still being compiled is closed as soon as it is done."""
+        with self._lock:
+            self._cancelled = True
 
 
 def start_kernel_view(target: Target, sampler: "_sampler.Sampler", notice: bool) -> Optional[KernelView]:
@@ -203,16 +314,13 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
         out.close()
         os.unlink(out_path)
         raise
-    # eBPF first (its compile takes a second): the header's start is when sampling starts
-    symbolizer = start_ebpf(target, sampler, ebpf_max_rate) if ebpf else None
-    kernel_view = start_kernel_view(target, sampler, notice=symbolizer is not None) if ebpf else None
     writer = TraceWriter(out, {
         "pid": target.pid, "ruby": target.info["ruby"], "ruby_description": target.info["ruby_description"],
         "layout": target.info["layout"], "rate_hz": rate_hz, "start_mono_ns": _sampler.monotonic_ns(),
         "start_wall_ns": _sampler.wall_ns(), "hostname": socket.gethostname(), "sdb_version": __version__,
         "command": target.command, "max_depth": max_depth,
     })
-    drainer = Drainer(target, sampler, writer, symbolizer)
+    drainer = Drainer(target, sampler, writer)
     result = []
 
     def sample():
@@ -232,11 +340,14 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
             on_signal(signum)
 
     old = {s: signal.signal(s, on_stop_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    status = StatusLine(status_stream, quiet, rate_hz, symbolizer)
+    status = StatusLine(status_stream, quiet, rate_hz, drainer)
     started = time.monotonic()
     stalled = False
     sampler.set_wake_fd(waiter.wakeup.fd)
     thread.start()
+    # sampling first; eBPF is compiled and attached beside it
+    starter = EbpfStarter(target, sampler, drainer, ebpf_max_rate) if ebpf else None
+    symbolizer = kernel_view = None
     try:
         while thread.is_alive():
             waiter.wait()
@@ -259,9 +370,13 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
             signal.signal(s, h)
         raise
     finally:
+        if starter is not None:
+            starter.finish()
+            symbolizer, kernel_view = starter.symbolizer, starter.kernel_view
         if symbolizer is not None:
             symbolizer.close()
             drainer.drain_ebpf()
+            drainer.name_remotely()
         stop_kernel_view(sampler, kernel_view, thread)
         if not thread.is_alive():           # a stalled sampler thread may still write to it
             sampler.set_wake_fd(-1)
@@ -279,6 +394,8 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
     counts = {"at_ns": _sampler.monotonic_ns(), "reason": why, "ticks": stats["ticks"], "late": stats["late"],
               "missed": stats["missed"], "samples": stats["samples"], "torn": stats["torn"], "retried": stats["retried"], "reused": stats["reused"],
               "errors": stats["errors"], "threads": stats["threads"], "symbol_errors": drainer.symbol_errors,
+              "names_superseded": drainer.superseded, "names_unproven": drainer.unproven,
+              "unnamed": {"iseqs": drainer.unnamed_iseqs, "methods": drainer.unnamed_methods},
               "ebpf": symbolizer.summary() if symbolizer is not None else None,
               "threads_from": threads_from(sampler, kernel_view)}
     writer.end(**counts)
@@ -294,7 +411,7 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
 
 class DrainWaiter:
     """When the recorder drains: DRAIN_MAX_S after the last drain, or sooner, though never less than
-    DRAIN_INTERVAL_S after it, when the sampler signals `wakeup` (something new to name: an ISeq must
+    NAMING_INTERVAL_S after it, when the sampler signals `wakeup` (something new to name: an ISeq must
     be read while it still holds), the target exits (its pidfd) or the sampler thread ends. In between
     the Python thread sleeps: in a steady recording it wakes twice a second."""
 
@@ -316,8 +433,8 @@ class DrainWaiter:
             self.thread.join(DRAIN_INTERVAL_S)
         elif timeout > 0:
             if self.wakeup.wait(self.fds, timeout):
-                # at most one drain per DRAIN_INTERVAL_S: the ISeqs of a burst are named together
-                gap = self.last + DRAIN_INTERVAL_S - time.monotonic()
+                # at most one drain per NAMING_INTERVAL_S: the ISeqs of a burst are named together
+                gap = self.last + NAMING_INTERVAL_S - time.monotonic()
                 if gap > 0:
                     self.thread.join(gap)
         self.last = time.monotonic()
@@ -366,9 +483,9 @@ def _alive(pid: int) -> bool:
 class StatusLine:
     """One line on stderr, redrawn at most twice a second: threads, samples, rate, torn %, late %."""
 
-    def __init__(self, stream, quiet: bool, rate_hz: float, ebpf: Optional[EbpfSymbolizer] = None):
+    def __init__(self, stream, quiet: bool, rate_hz: float, drainer: Optional[Drainer] = None):
         self.stream = stream
-        self.ebpf = ebpf
+        self.drainer = drainer
         self.quiet = quiet
         self.rate_hz = rate_hz
         self.last = 0.0
@@ -383,10 +500,14 @@ class StatusLine:
         late = 100.0 * (st["late"] + st["missed"]) / due if due else 0.0
         text = (f"sdb: {st['threads']} threads, {st['samples']} samples, {rate:.0f} Hz "
                 f"(asked {self.rate_hz:.0f}), torn {torn:.2f}%, late {late:.2f}%")
-        pauses = len(self.ebpf.pauses) if self.ebpf is not None else 0
+        unnamed = self.drainer.unnamed_iseqs + self.drainer.unnamed_methods if self.drainer is not None else 0
+        if unnamed:
+            text += f", unnamed {unnamed}"
+        ebpf = self.drainer.ebpf if self.drainer is not None else None
+        pauses = len(ebpf.pauses) if ebpf is not None else 0
         if pauses:
-            text += (f", eBPF paused {pauses}x (ISeqs created > {self.ebpf.max_rate:g}/s"
-                     f"{', now' if self.ebpf.paused else ''})")
+            text += (f", eBPF paused {pauses}x (ISeqs created > {ebpf.max_rate:g}/s"
+                     f"{', now' if ebpf.paused else ''})")
         return text
 
     def update(self, st: dict) -> None:

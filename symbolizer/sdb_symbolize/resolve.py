@@ -62,17 +62,18 @@ class Resolver:
             return True
         return len(self.t.cfuncs.get(self.t.frame_me[fid], ())) > 1
 
-    def frame(self, fid: int, t_ns: int, caller: Optional[Frame]) -> Optional[Frame]:
+    def frame(self, fid: int, t_ns: int, caller: Optional[Frame], lo_ns: Optional[int] = None) -> Optional[Frame]:
         """Labels as rb_profile_frame_full_label (sdb_trace.full_label): the frame's ISeq symbol
-        and its method entry's `method` symbol, each the one holding at t_ns."""
+        and its method entry's `method` symbol, each the one holding at t_ns (and, with lo_ns,
+        the whole time from lo_ns to t_ns in which the sample's frames were copied)."""
         kind = self.t.frame_kind[fid]
         if kind == KIND_RUBY or kind == KIND_CFUNC:
             me = self.t.frame_me[fid]
-            msym = self.t.symbol_at(self.t.cfuncs, me, t_ns) if me else None
+            msym = self.t.symbol_at(self.t.cfuncs, me, t_ns, lo_ns) if me else None
             method = msym.record if msym is not None else None
         if kind == KIND_RUBY:
             iseq = self.t.frame_iseq[fid]
-            sym = self.t.symbol_at(self.t.iseqs, iseq, t_ns)
+            sym = self.t.symbol_at(self.t.iseqs, iseq, t_ns, lo_ns)
             if sym is None:
                 return Frame(f"(unknown ISeq 0x{iseq:x})", None, 0)
             if not method_fits(sym.record, method) and names_its_method(sym.record):
@@ -93,8 +94,8 @@ class Resolver:
             return Frame(GC_LABEL, None, 0)
         return None  # KIND_OTHER: not shown, as in Ruby's own backtraces
 
-    def stack(self, sid: int, t_ns: int) -> Tuple[Frame, ...]:
-        """The named frames of a stack at time t, root first."""
+    def stack(self, sid: int, t_ns: int, lo_ns: Optional[int] = None) -> Tuple[Frame, ...]:
+        """The named frames of a stack at time t (copied between lo_ns and t), root first."""
         cached = self._static.get(sid, False)
         if cached is not False and cached is not None:
             return cached
@@ -102,7 +103,7 @@ class Resolver:
         out: List[Frame] = []
         caller = None
         for fid in reversed(fids):
-            f = self.frame(fid, t_ns, caller)
+            f = self.frame(fid, t_ns, caller, lo_ns)
             if f is None:
                 continue
             if self.t.frame_kind[fid] == KIND_RUBY and not f.located_at_caller:

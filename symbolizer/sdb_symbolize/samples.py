@@ -160,18 +160,18 @@ class SamplePass:
             s = self._interned[frames] = Stack(len(self._interned), frames)
         return s
 
-    def _named(self, sid: int, state: int, t_ns: int) -> Stack:
-        frames = self.resolver.stack(sid, t_ns)
+    def _named(self, sid: int, state: int, t_ns: int, lo_ns: Optional[int] = None) -> Stack:
+        frames = self.resolver.stack(sid, t_ns, lo_ns)
         if not self.o.lines:
             frames = tuple(function_frame(f) for f in frames)
         if self.o.states:
             frames = (self._state_frames.get(state, self._state_frames[STATE_UNKNOWN]),) + frames
         return self.intern(frames)
 
-    def stack(self, sid: int, state: int, t_ns: int) -> Stack:
-        """The named stack of one sample."""
+    def stack(self, sid: int, state: int, t_ns: int, lo_ns: Optional[int] = None) -> Stack:
+        """The named stack of one sample (its frames copied between lo_ns and t_ns)."""
         if sid in self.ambiguous:
-            return self._named(sid, state, t_ns)
+            return self._named(sid, state, t_ns, lo_ns)
         key = (sid, state if self.o.states else -1)
         s = self._by_sid.get(key)
         if s is None:
@@ -203,7 +203,7 @@ class SamplePass:
         lo_v = lo if lo is not None else -1 << 63
         hi_v = hi if hi is not None else 1 << 63
 
-        def on_batch(base, dts, threads, stacks, states):
+        def on_batch(base, dts, threads, stacks, states, wins):
             n = len(dts)
             self.samples_in += n
             if progress is not None:
@@ -219,13 +219,13 @@ class SamplePass:
             if whole and (not amb or amb.isdisjoint(stacks)):
                 counts.update(zip(threads, stacks, states))   # C loop: the hot path
                 return
-            for dt, th, sid, st in zip(dts, threads, stacks, states):
+            for dt, th, sid, st, win in zip(dts, threads, stacks, states, wins):
                 t = base + dt
                 if t < lo_v or t > hi_v:
                     continue
-                counts[(th, self.stack(sid, st, t) if sid in amb else sid, st)] += 1
+                counts[(th, self.stack(sid, st, t, t - win * 1000) if sid in amb else sid, st)] += 1
 
-        iter_samples(self.path, on_batch, limit=self.t.good_sample_records)
+        iter_samples(self.path, on_batch, limit=self.t.good_sample_records, windows=True)
         for (serial, sid, st), n in counts.items():
             if not self.keep(serial, st):
                 continue
@@ -243,12 +243,12 @@ class SamplePass:
         add = reporter.add
         thread = self.thread
 
-        def on_batch(base, dts, threads, stacks, sts):
+        def on_batch(base, dts, threads, stacks, sts, wins):
             self.samples_in += len(dts)
             if progress is not None:
                 progress.update(len(dts))
             out = 0
-            for dt, th, sid, st in zip(dts, threads, stacks, sts):
+            for dt, th, sid, st, win in zip(dts, threads, stacks, sts, wins):
                 if st == STATE_BLOCKED and not idle:
                     continue
                 if allowed is not None and th not in allowed:
@@ -257,7 +257,7 @@ class SamplePass:
                 if t < lo_v or t > hi_v:
                     continue
                 if sid in amb:
-                    stack = self.stack(sid, st, t)
+                    stack = self.stack(sid, st, t, t - win * 1000)
                 else:
                     key = (sid, st if states else -1)
                     stack = cache.get(key)
@@ -267,7 +267,7 @@ class SamplePass:
                 out += 1
             self.samples_out += out
 
-        iter_samples(self.path, on_batch, limit=self.t.good_sample_records)
+        iter_samples(self.path, on_batch, limit=self.t.good_sample_records, windows=True)
 
 
 def state_name(state: int) -> str:

@@ -82,9 +82,12 @@ class TraceWriter:
     def stacks(self, first_id: int, stacks: List[List[int]]) -> None:
         self._write({"t": "stacks", "first_id": first_id, "stacks": stacks})
 
-    def samples(self, base_ns: int, dt_ns: List[int], thread: List[int], stack: List[int], state: List[int]) -> None:
-        self._write({"t": "samples", "base_ns": base_ns, "dt_ns": dt_ns, "thread": thread,
-                     "stack": stack, "state": state})
+    def samples(self, base_ns: int, dt_ns: List[int], thread: List[int], stack: List[int], state: List[int],
+                win_us: Optional[List[int]] = None) -> None:
+        rec = {"t": "samples", "base_ns": base_ns, "dt_ns": dt_ns, "thread": thread, "stack": stack, "state": state}
+        if win_us is not None:
+            rec["win_us"] = win_us
+        self._write(rec)
 
     def encoded(self, record: bytes) -> None:
         """A record someone else already encoded as msgpack (the sampler encodes its sample batches)."""
@@ -111,6 +114,9 @@ class TraceWriter:
 
     def ebpf_resume(self, at_ns: int) -> None:
         self._write({"t": "ebpf_resume", "at_ns": at_ns})
+
+    def ebpf_attached(self, at_ns: int, attach: str) -> None:
+        self._write({"t": "ebpf_attached", "at_ns": at_ns, "attach": attach})
 
     def end(self, **counts) -> None:
         rec = {"t": "end"}
@@ -240,20 +246,28 @@ class Tables:
         return self.cfuncs, rec["me"], Symbol(rec.get("at_ns", 0), rec.get("name") or "", "", 0,
                                               rec.get("source", ""), rec)
 
-    def symbol_at(self, table: Dict[int, List[Symbol]], addr: int, t: int) -> Optional[Symbol]:
-        """The symbol for `addr` holding at time `t`: the latest one created at or before `t`
-        (or the first one, for a sample taken before the sidecar recorded its symbol)."""
+    def symbol_at(self, table: Dict[int, List[Symbol]], addr: int, t: int, lo: Optional[int] = None) \
+            -> Optional[Symbol]:
+        """The symbol for `addr` holding at time `t`: the latest one from at or before `t`.
+        An address named once has that name at every time: the sidecar writes a symbol for each
+        address when a sample first shows it, valid from the earliest moment that sample's frames
+        may have been copied, so no sample of it is older. An address named several times (an ISeq
+        freed and its address reused, a GC move) is resolved by time, and strictly: None when no
+        symbol is that old, or when `lo` is given (the sample's frames were copied somewhere in
+        [lo, t]) and a symbol starts inside (lo, t]: the frame may show what the address meant
+        before or after it, so neither name is proven."""
         syms = table.get(addr)
         if not syms:
             return None
         if len(syms) == 1:
             return syms[0]
-        best = syms[0]
+        best = None
         for s in syms:
-            if s.at_ns <= t:
-                best = s
-            else:
+            if s.at_ns > t:
                 break
+            if lo is not None and s.at_ns > lo:
+                return None
+            best = s
         return best
 
 
@@ -266,6 +280,7 @@ def _check_ids(reader: TraceReader, rec: dict, expected: int, what: str) -> None
 SYMBOL_RECORDS = ("iseq", "method", "cfunc")
 _FRAME_COLUMNS = ("kind", "iseq", "pc", "me")
 _SAMPLE_COLUMNS = ("dt_ns", "thread", "stack", "state")
+_SAMPLE_OPTIONAL = ("win_us",)
 
 
 def _check_samples(reader: TraceReader, rec: dict, nstacks: int) -> int:
@@ -274,7 +289,8 @@ def _check_samples(reader: TraceReader, rec: dict, nstacks: int) -> int:
     if not isinstance(rec.get("base_ns"), int) or not all(isinstance(c, list) for c in cols):
         raise Corrupt(f"{reader.path}: corrupt samples record (a column is missing)")
     n = len(cols[0])
-    if any(len(c) != n for c in cols):
+    cols += [rec[c] for c in _SAMPLE_OPTIONAL if c in rec]
+    if any(not isinstance(c, list) or len(c) != n for c in cols):
         raise Corrupt(f"{reader.path}: corrupt samples record (columns of different lengths)")
     if n and (max(cols[2]) >= nstacks or min(cols[2]) < 0):
         raise Corrupt(f"{reader.path}: corrupt samples record (names a stack that is not defined)")
@@ -402,9 +418,10 @@ def _insert_symbol(table: Dict[int, List[Symbol]], addr: int, sym: Symbol) -> No
         lst.sort(key=lambda s: s.at_ns)
 
 
-def iter_samples(path: str, on_batch: Callable[[int, List[int], List[int], List[int], List[int]], None],
-                 limit: Optional[int] = None) -> None:
-    """Second pass: calls on_batch(base_ns, dt_ns, thread, stack, state) for each batch, in order.
+def iter_samples(path: str, on_batch: Callable[..., None], limit: Optional[int] = None,
+                 windows: bool = False) -> None:
+    """Second pass: calls on_batch(base_ns, dt_ns, thread, stack, state) for each batch, in order;
+    with `windows`, also each sample's copy window in us (`win_us`; 0s for traces without it).
     `limit`: how many sample records to hand over (Tables.good_sample_records: the ones the
     first pass found sound); stops quietly at the first unreadable record."""
     n = 0
@@ -415,6 +432,10 @@ def iter_samples(path: str, on_batch: Callable[[int, List[int], List[int], List[
                     if limit is not None and n >= limit:
                         return
                     n += 1
-                    on_batch(rec["base_ns"], rec["dt_ns"], rec["thread"], rec["stack"], rec["state"])
+                    if windows:
+                        on_batch(rec["base_ns"], rec["dt_ns"], rec["thread"], rec["stack"], rec["state"],
+                                 rec.get("win_us") or [0] * len(rec["dt_ns"]))
+                    else:
+                        on_batch(rec["base_ns"], rec["dt_ns"], rec["thread"], rec["stack"], rec["state"])
         except (Truncated, Corrupt):
             return

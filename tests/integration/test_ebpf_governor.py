@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import read_trace, samples_so_far, wait_for
+from conftest import ebpf_attached_so_far, read_trace, wait_for
 from sdb_trace import KIND_RUBY, TraceError, TraceReader
 
 from test_ebpf_symbolizer import ebpf_missing
@@ -49,7 +49,8 @@ def test_burst_pauses_the_probes_and_slow_creation_is_probed_again(ruby_target, 
     target = ruby_target("eval_burst.rb")
     out = tmp_path / "trace.msgpack"
     sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "30", "-q")
-    wait_for(lambda: samples_so_far(out) > 0 or sidecar.poll() is not None, 20, what="first samples")
+    # sampling starts at once; eBPF is compiled and attached beside it: these tests are about eBPF naming
+    wait_for(lambda: ebpf_attached_so_far(out) or sidecar.poll() is not None, 120, what="eBPF attached")
     assert sidecar.poll() is None, sidecar.communicate()[1]
     # WHEN it evaluates methods one eval each for 0.8 s (tens of thousands of ISeqs a second), runs some
     target.send("burst 0.8\n")
@@ -103,7 +104,8 @@ def test_taking_the_probes_out_never_puts_the_app_to_sleep(ruby_target, sidecar_
     out = tmp_path / "trace.msgpack"
     sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "30", "-q",
                               "--ebpf-max-rate", "200")
-    wait_for(lambda: samples_so_far(out) > 0 or sidecar.poll() is not None, 20, what="first samples")
+    # sampling starts at once; eBPF is compiled and attached beside it: these tests are about eBPF naming
+    wait_for(lambda: ebpf_attached_so_far(out) or sidecar.poll() is not None, 120, what="eBPF attached")
     assert sidecar.poll() is None, sidecar.communicate()[1]
     # WHEN it creates ISeqs without pause for 2.5 s (pauses at once, at +0.5 s and at +1.5 s)
     target.send("burst 2.5\n")

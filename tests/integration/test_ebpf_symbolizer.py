@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import SDB_RUBY, read_trace, samples_so_far, wait_for
+from conftest import SDB_RUBY, ebpf_attached_so_far, read_trace, samples_so_far, wait_for
 
 from sdb_sidecar.ebpf import EbpfUnavailable, check_available
 
@@ -50,8 +50,11 @@ def start_recording(ruby_target, sidecar_process, tmp_path, program, *args, extr
     out = tmp_path / "trace.msgpack"
     sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "20", "-q",
                               *extra)
-    # the sampler starts after the probes are attached: a sample means eBPF is in place
-    wait_for(lambda: samples_so_far(out) > 0 or sidecar.poll() is not None, 20, what="first samples")
+    if "--no-ebpf" in extra:
+        wait_for(lambda: samples_so_far(out) > 0 or sidecar.poll() is not None, 60, what="first samples")
+    else:
+        # sampling starts at once; eBPF is compiled and attached beside it: these tests are about eBPF naming
+        wait_for(lambda: ebpf_attached_so_far(out) or sidecar.poll() is not None, 120, what="eBPF attached")
     assert sidecar.poll() is None, sidecar.communicate()[1]
     return target, sidecar, out
 

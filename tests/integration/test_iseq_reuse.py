@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import samples_so_far, read_trace, wait_for
+from conftest import ebpf_attached_so_far, read_trace, wait_for
 from sdb_trace import KIND_RUBY, TraceError, iter_samples, load_tables
 
 from test_ebpf_symbolizer import ebpf_missing
@@ -24,17 +24,18 @@ def reused_addresses(path, rounds, prefix: str) -> dict:
     tables = load_tables(str(path))
     samples = []
     try:
-        iter_samples(str(path), lambda base, dts, threads, stacks, states:
-                     samples.extend((base + dt, sid) for dt, sid in zip(dts, stacks)))
+        iter_samples(str(path), lambda base, dts, threads, stacks, states, wins:
+                     samples.extend((base + dt, base + dt - w * 1000, sid) for dt, sid, w in zip(dts, stacks, wins)),
+                     windows=True)
     except TraceError:
         pass    # the last record is still being written
     seen = {}
-    for t_ns, sid in samples:
-        if sid >= len(tables.stacks) or not any(r["t0"] <= t_ns <= r["t1"] for r in rounds):
+    for t_ns, lo_ns, sid in samples:
+        if sid >= len(tables.stacks) or not any(r["t0"] <= lo_ns and t_ns <= r["t1"] for r in rounds):
             continue
         for fid in tables.stacks[sid]:
             if tables.frame_kind[fid] == KIND_RUBY:
-                sym = tables.symbol_at(tables.iseqs, tables.frame_iseq[fid], t_ns)
+                sym = tables.symbol_at(tables.iseqs, tables.frame_iseq[fid], t_ns, lo_ns)
                 if sym is not None and sym.label.startswith(prefix):
                     seen.setdefault(tables.frame_iseq[fid], set()).add(sym.label)
                     break
@@ -47,7 +48,8 @@ def record_churn(ruby_target, sidecar_process, tmp_path, *args, until_reused: st
     target = ruby_target("iseq_churn.rb", *args)
     out = tmp_path / "trace.msgpack"
     sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "60", "-q", *extra)
-    wait_for(lambda: samples_so_far(out) > 0 or sidecar.poll() is not None, 20, what="first samples")
+    # sampling starts at once; eBPF is compiled and attached beside it: these tests are about eBPF naming
+    wait_for(lambda: ebpf_attached_so_far(out) or sidecar.poll() is not None, 120, what="eBPF attached")
     assert sidecar.poll() is None, sidecar.communicate()[1]
     target.send("go\n")
     rounds = []
@@ -77,17 +79,20 @@ def record_churn(ruby_target, sidecar_process, tmp_path, *args, until_reused: st
 
 
 def check_names(trace, rounds, prefix: str) -> dict:
-    """Every sample taken inside a round names its method right (resolved at the sample's time), and
-    no Ruby frame of those samples is unnamed. Returns {iseq address: set of method names sampled there}."""
+    """Every sample whose frames were copied inside a round (the whole window between the earliest
+    moment of the copy and the sample's time: a sidecar preempted after the copy stamps a later time)
+    names its method right (resolved over that window), and no Ruby frame of those samples is
+    unnamed. Returns {iseq address: set of method names sampled there}."""
     t = trace.tables
     seen_at = {}
     checked = 0
-    for t_ns, _serial, sid, _state in trace.samples:
-        inside = [r for r in rounds if r["t0"] <= t_ns <= r["t1"]]
+    for (t_ns, _serial, sid, _state), win_us in zip(trace.samples, trace.windows):
+        lo_ns = t_ns - win_us * 1000
+        inside = [r for r in rounds if r["t0"] <= lo_ns and t_ns <= r["t1"]]
         if not inside:
             continue
         frames = [f for f in t.stacks[sid] if t.frame_kind[f] == KIND_RUBY]
-        syms = [(t.frame_iseq[f], t.symbol_at(t.iseqs, t.frame_iseq[f], t_ns)) for f in frames]
+        syms = [(t.frame_iseq[f], t.symbol_at(t.iseqs, t.frame_iseq[f], t_ns, lo_ns)) for f in frames]
         assert all(s is not None for _, s in syms), f"an unnamed frame at {t_ns}: {syms}"
         ours = [(addr, s.label) for addr, s in syms if s.label.startswith(prefix)]
         if not ours:

@@ -56,9 +56,9 @@ def test_hot_loop_under_yjit_has_the_interpreters_names_and_lines_inside_each_me
     assert any("busy_loop" in s for s in jit)
     # AND every line reported for spin/busy_loop under YJIT lies inside that method (0: unknown)
     tables = trace.tables
-    for _t, serial, sid, _st in trace.samples_of(busy):
+    for t_ns, serial, sid, _st in trace.samples_of(busy):
         for fid in tables.stacks[sid]:
-            sym = tables.symbol_at(tables.iseqs, tables.frame_iseq[fid], 0) if tables.frame_kind[fid] == 0 else None
+            sym = tables.symbol_at(tables.iseqs, tables.frame_iseq[fid], t_ns) if tables.frame_kind[fid] == 0 else None
             if sym and sym.label in METHOD_LINES:
                 line = tables.frame_line[fid]
                 assert line == 0 or line in METHOD_LINES[sym.label], (sym.label, line)

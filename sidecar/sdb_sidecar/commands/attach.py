@@ -128,18 +128,34 @@ def finish_recording(args, counts: dict) -> int:
             sys.stderr.write(f"sdb: sdb-symbolize failed (exit {rc}); the trace is kept: {args.output}\n")
         elif not args.quiet:
             sys.stderr.write(f"sdb: wrote {counts['samples']} samples of {counts['threads']} threads to "
-                             f"{args.output} ({counts['reason']}), the {args.format} profile to {out}\n")
+                             f"{args.output} ({ending(counts, args)}), the {args.format} profile to {out}\n")
         return rc
     if not args.quiet:
-        print_next_steps(args.output, counts)
+        print_next_steps(args.output, counts, args)
     return 0
 
 
-def print_next_steps(output: str, counts: dict) -> None:
+def ending(counts: dict, args) -> str:
+    """Why the recording ended, and what it could not name, in words."""
+    reason = counts.get("reason")
+    duration = getattr(args, "duration", 0) or 0
+    words = {"duration": f"the {duration:g} s asked for ended", "interrupted": "interrupted",
+             "target-exited": "the program exited", "stalled": "the sampler stalled",
+             "stopped": "stopped"}.get(reason, str(reason))
+    unnamed = counts.get("unnamed") or {}
+    parts = [f"{n} {one if n == 1 else many}" for one, many, n in
+             (("ISeq", "ISeqs", unnamed.get("iseqs", 0)),
+              ("method entry", "method entries", unnamed.get("methods", 0))) if n]
+    if parts:
+        words += f"; unnamed: {' and '.join(parts)} (gone before they could be read)"
+    return words
+
+
+def print_next_steps(output: str, counts: dict, args=None) -> None:
     formats = symbolizer_formats()
     suggested = [f for f in SUGGESTED_FORMATS if f in formats] or sorted(formats)[:1] or ["collapsed"]
     lines = [f"sdb: wrote {counts['samples']} samples of {counts['threads']} threads to {output} "
-             f"({counts['reason']})",
+             f"({ending(counts, args)})",
              "sdb: next, make a profile with one of:"]
     lines += ["  " + shlex.join(symbolize_command(output, f)) for f in suggested]
     sys.stderr.write("\n".join(lines) + "\n")
