@@ -1,0 +1,108 @@
+"""What a new user meets first: a short program recorded with eBPF on is sampled from its first
+milliseconds (sampling does not wait for eBPF to compile), every frame of it named; two sidecars on
+two processes of the same Ruby each get eBPF naming; the end record counts what stayed unnamed."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from conftest import (PROGRAMS, SIDECAR, SYMBOLIZE, ebpf_attached_so_far, read_trace, ruby_cmd, ruby_env,
+                      samples_so_far, wait_for)
+from sdb_trace import KIND_RUBY
+
+from test_ebpf_symbolizer import ebpf_missing
+
+UNNAMED = ("(C function)", "(unknown")
+
+
+def record(tmp_path, *program_args: str, extra=()):
+    out = tmp_path / "trace.msgpack"
+    p = subprocess.run([*SIDECAR, "record", "-q", "-o", str(out), *extra, "--",
+                        *ruby_cmd(PROGRAMS / "short_work.rb", *program_args)],
+                       capture_output=True, text=True, timeout=300, cwd=str(tmp_path), env=ruby_env())
+    assert p.returncode == 0, p.stderr
+    start = int(next(line for line in p.stdout.splitlines() if line.startswith("start "))[6:])
+    end = int(next(line for line in p.stdout.splitlines() if line.startswith("end "))[4:])
+    return read_trace(out), start, end, p.stderr
+
+
+def unnamed_lines(trace_path) -> list:
+    """The collapsed stacks (blocked samples included) that hold a frame without a name."""
+    r = subprocess.run([*SYMBOLIZE, str(trace_path), "--idle", "--no-lines"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return [line for line in r.stdout.splitlines() if any(u in line for u in UNNAMED)]
+
+
+@pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")
+def test_record_samples_a_one_second_program_from_its_start_every_frame_named(tmp_path):
+    # GIVEN a program that works one second, recorded with eBPF on (bcc's compile alone takes ~1 s)
+    trace, start, end, err = record(tmp_path, "each", "1")
+    # THEN sampling began before eBPF was attached: it did not wait for the compile
+    attached = [r["at_ns"] for r in trace.records if r["t"] == "ebpf_attached"]
+    main = trace.serial_named("main") if "main" in sum(trace.thread_names.values(), []) else None
+    ours = [s for s in trace.samples if start <= s[0] <= end and (main is None or s[1] == main)]
+    assert ours, f"no sample while the program ran: {err}"
+    if attached:
+        assert min(s[0] for s in ours) < attached[0], "the first sample waited for eBPF"
+    # AND at least 90% of the ticks the sidecar made while it ran have a sample of it (ticks, not the
+    # asked rate: on a busy machine late ticks are skipped, and counted, by design)
+    elapsed = (trace.end["at_ns"] - trace.header["start_mono_ns"]) / 1e9
+    ticks_per_s = trace.end["ticks"] / elapsed
+    expected = (end - start) / 1e9 * ticks_per_s
+    assert len(ours) >= 0.9 * expected, (len(ours), expected, trace.end)
+    # AND every frame of every sample is named
+    assert unnamed_lines(trace.path) == []
+    assert trace.end["unnamed"] == {"iseqs": 0, "methods": 0}
+
+
+@pytest.mark.parametrize("kind", ["each", "sleep"])
+@pytest.mark.parametrize("seconds", ["1", "2"])
+def test_short_recordings_name_every_frame(tmp_path, ruby_target, sidecar_process, kind, seconds):
+    # GIVEN a method calling (2..n).each { ... }, or loop { sleep }, recorded by `record` for its whole
+    # run and by `attach` for that long
+    trace, _, _, _ = record(tmp_path, kind, seconds)
+    target = ruby_target("short_work.rb", kind, "wait")
+    attached = tmp_path / "attached.msgpack"
+    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-q", "-d", seconds, "-o", str(attached))
+    _, err = sidecar.communicate(timeout=120)
+    assert sidecar.returncode == 0, err
+    # THEN no frame of either is a "(C function)" or an "(unknown ISeq ...)", and the end records count
+    # what stayed unnamed: nothing
+    for path in (trace.path, attached):
+        t = read_trace(path)
+        assert t.end["samples"] > 0
+        assert unnamed_lines(path) == [], path
+        assert t.end["unnamed"] == {"iseqs": 0, "methods": 0}, t.end
+        labels = {lbl for row in t.stack_labels for lbl in row if lbl}
+        assert ("each_work" in labels) if kind == "each" else ("work" in labels)
+
+
+@pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")
+def test_two_sidecars_on_two_processes_of_one_ruby_both_name_with_ebpf(tmp_path, ruby_target, sidecar_process):
+    # GIVEN two processes of the same Ruby, each recorded by its own sidecar at the same time
+    targets = [ruby_target("eval_after_attach.rb") for _ in range(2)]
+    outs = [tmp_path / f"t{i}.msgpack" for i in range(2)]
+    sidecars = [sidecar_process("attach", "--pid", str(t.pid), "-o", str(o), "--duration", "60", "-q")
+                for t, o in zip(targets, outs)]
+    # WHEN both have their eBPF symbolizer attached, and each process then defines and runs methods
+    for o, s in zip(outs, sidecars):
+        wait_for(lambda: ebpf_attached_so_far(o) or s.poll() is not None, 120, what="eBPF attached")
+        assert s.poll() is None, s.communicate()[1]
+    for i, t in enumerate(targets):
+        (tmp_path / f"p{i}").mkdir()
+        t.send(f"go {tmp_path / f'p{i}'}\n")
+    for t in targets:
+        t.wait_for_line("ran ", timeout=60)
+    for s in sidecars:
+        s.send_signal(2)
+    # THEN each trace names those methods from eBPF records
+    for o, s in zip(outs, sidecars):
+        _, err = s.communicate(timeout=60)
+        assert s.returncode == 0, err
+        assert "notice" not in err, err
+        trace = read_trace(o)
+        assert trace.end["ebpf"] is not None
+        ebpf_named = {r["label"] for r in trace.records if r["t"] == "iseq" and r["source"] == "ebpf"}
+        assert "sdb_loaded_method" in ebpf_named, sorted(ebpf_named)[:20]
