@@ -7,6 +7,7 @@
   benchmarks/run.py ... --only boot_symbolizer                                    # issue #4 eBPF boot (~5 min)
   benchmarks/run.py ... --only ebpf_pause_cost                                    # issue #4 what a pause costs (~30 s)
   benchmarks/run.py ... --only first_sample                                       # issue #13 time to first sample (~3 min)
+  benchmarks/run.py ... --only boot_real                                          # issue #13 rubocop's boot under record (~5 min)
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import boot_real  # noqa: E402
 import boot_symbolizer  # noqa: E402
 import busy_pace  # noqa: E402
 import common  # noqa: E402
@@ -29,7 +31,7 @@ import sidecar_cpu  # noqa: E402
 import symbolize_formats  # noqa: E402
 
 BENCHMARKS = {m.NAME: m for m in (sample_cost, sidecar_cpu, busy_pace, cpu_micro, rails_overhead,
-                                   symbolize_formats, boot_symbolizer, ebpf_pause_cost, first_sample)}
+                                   symbolize_formats, boot_symbolizer, ebpf_pause_cost, first_sample, boot_real)}
 
 
 def main() -> int:
