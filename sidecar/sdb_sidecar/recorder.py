@@ -12,7 +12,8 @@ import threading
 import time
 from typing import IO, Optional
 
-from sdb_trace import TraceWriter
+from sdb_trace import TraceWriteError, TraceWriter
+from sdb_trace.output import open_output as open_safely
 
 from . import __version__, _leftright, _sampler
 from .ebpf import DEFAULT_MAX_RATE, EbpfSymbolizer, EbpfUnavailable
@@ -134,10 +135,19 @@ class Drainer:
 
 
 def open_output(path: str) -> IO[bytes]:
+    """The trace file, opened by the rule of sdb_trace.output (no symlink or file of another user is
+    written through) and at its path from the start; unbuffered: TraceWriter writes whole batches."""
     try:
-        return open(path, "wb")
+        return open_safely(path, binary=True, publish_now=True, buffering=0).file
     except OSError as e:
         raise SdbError(f"cannot write {path}: {e.strerror}", Exit.OUTPUT) from None
+
+
+def write_failed(path: str, writer: TraceWriter, e: TraceWriteError) -> SdbError:
+    """A write of the trace failed (full disk, I/O error, closed pipe): recording stops, the file
+    keeps every batch written before (cut back to a record boundary by TraceWriter)."""
+    return SdbError(f"cannot write {path}: {e.strerror}; recording stopped, the trace holds the "
+                    f"{writer.written:,} bytes written before", Exit.OUTPUT)
 
 
 def start_ebpf(target: Target, sampler: "_sampler.Sampler", max_rate: float = DEFAULT_MAX_RATE) \
@@ -254,9 +264,15 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
                     break
         if not stalled:
             drainer.drain()
-    except BaseException:
+    except BaseException as e:
+        # the sampler thread runs without the GIL: it must be stopped before this exception can
+        # reach the interpreter's exit
+        sampler.stop()
+        thread.join(STALL_GRACE_S)
         for s, h in old.items():
             signal.signal(s, h)
+        if isinstance(e, TraceWriteError):
+            raise write_failed(out_path, writer, e) from None
         raise
     finally:
         if symbolizer is not None:

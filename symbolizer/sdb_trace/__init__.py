@@ -53,19 +53,32 @@ class Corrupt(TraceError):
 
 
 # --------------------------------------------------------------------- writer
+class TraceWriteError(OSError):
+    """The trace could not be written (a full disk, an I/O error, a closed pipe). The file holds
+    every record written before, whole: the writer cut it back to the end of its last good batch."""
+
+
 class TraceWriter:
-    """Appends records to an open binary file; flushes after every batch."""
+    """Appends records to an open binary file; flushes after every batch.
+
+    Records are gathered in memory and written at `flush()` (once per batch). If a write fails,
+    the file is truncated back to the end of the last batch written whole (so it ends between two
+    records and reads as a recording cut short), `TraceWriteError` is raised once, and every later
+    record is dropped (so code cleaning up after the failure does not fail again)."""
 
     def __init__(self, out: IO[bytes], header: dict):
         self._out = out
         self._packer = msgpack.Packer(unicode_errors="replace")
+        self._buf = bytearray()
+        self.written = 0                    # bytes of whole batches written so far
+        self.failed: Optional[OSError] = None
         rec = {"t": "header", "magic": MAGIC, "version": VERSION}
         rec.update(header)
         self._write(rec)
         self.flush()
 
     def _write(self, rec: dict) -> None:
-        self._out.write(self._packer.pack(rec))
+        self._buf += self._packer.pack(rec)
 
     def thread(self, serial: int, tid: int, name: str, start_ns: int, flags: int, at_ns: int) -> None:
         self._write({"t": "thread", "serial": serial, "tid": tid, "name": name,
@@ -88,7 +101,7 @@ class TraceWriter:
 
     def encoded(self, record: bytes) -> None:
         """A record someone else already encoded as msgpack (the sampler encodes its sample batches)."""
-        self._out.write(record)
+        self._buf += record
 
     def iseq(self, addr: int, label: str, base_label: str, path: str, realpath: Optional[str],
              first_line: int, type: int, at_ns: int, source: str = "remote", **extra) -> None:
@@ -119,7 +132,27 @@ class TraceWriter:
         self.flush()
 
     def flush(self) -> None:
-        self._out.flush()
+        if self.failed is not None:
+            self._buf.clear()
+            return
+        n = len(self._buf)
+        data = memoryview(self._buf)
+        try:
+            while data:
+                done = self._out.write(data)
+                data = data[done if done is not None else len(data):]
+            self._out.flush()
+        except OSError as e:
+            self.failed = e
+            try:
+                os.ftruncate(self._out.fileno(), self.written)
+            except (OSError, AttributeError, ValueError):
+                pass                        # a pipe or a device: nothing to cut back
+            raise TraceWriteError(e.errno, e.strerror) from None
+        finally:
+            data.release()
+            self._buf.clear()
+        self.written += n
 
 
 # --------------------------------------------------------------------- reader
