@@ -221,7 +221,7 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
         "layout": target.info["layout"], "rate_hz": rate_hz, "start_mono_ns": _sampler.monotonic_ns(),
         "start_wall_ns": _sampler.wall_ns(), "hostname": socket.gethostname(), "sdb_version": __version__,
         "command": target.command, "max_depth": max_depth,
-    })
+    }, batched=True)
     drainer = Drainer(target, sampler, writer, symbolizer)
     result = []
 

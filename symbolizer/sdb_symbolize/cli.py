@@ -123,7 +123,7 @@ def run(args) -> int:
     try:
         samples = SamplePass(args.trace, tables, Options.from_args(args))
     except FilterError as e:
-        sys.stderr.write(f"sdb-symbolize: error: {e}\n")
+        sys.stderr.write(f"sdb-symbolize: error: {printable(e)}\n")     # it may list thread names
         return Exit.USAGE
     output = None
     if args.output != "-":

@@ -61,16 +61,19 @@ class TraceWriteError(OSError):
 class TraceWriter:
     """Appends records to an open binary file; flushes after every batch.
 
-    Records are gathered in memory and written at `flush()` (once per batch). If a write fails,
-    the file is truncated back to the end of the last batch written whole (so it ends between two
-    records and reads as a recording cut short), `TraceWriteError` is raised once, and every later
-    record is dropped (so code cleaning up after the failure does not fail again)."""
+    batched: records are gathered in memory and written at `flush()` (once per batch: the sidecar's
+    file is unbuffered); else each record is written as it comes. If a write fails, the file is
+    truncated back to the end of the last batch flushed whole (so it ends between two records and
+    reads as a recording cut short), `TraceWriteError` is raised once, and every later record is
+    dropped (so code cleaning up after the failure does not fail again)."""
 
-    def __init__(self, out: IO[bytes], header: dict):
+    def __init__(self, out: IO[bytes], header: dict, batched: bool = False):
         self._out = out
         self._packer = msgpack.Packer(unicode_errors="replace")
         self._buf = bytearray()
-        self.written = 0                    # bytes of whole batches written so far
+        self._batched = batched
+        self._sent = 0                      # bytes handed to the file
+        self.written = 0                    # bytes of whole batches written and flushed
         self.failed: Optional[OSError] = None
         rec = {"t": "header", "magic": MAGIC, "version": VERSION}
         rec.update(header)
@@ -78,7 +81,37 @@ class TraceWriter:
         self.flush()
 
     def _write(self, rec: dict) -> None:
-        self._buf += self._packer.pack(rec)
+        self._put(self._packer.pack(rec))
+
+    def _put(self, data: bytes) -> None:
+        self._buf += data
+        if not self._batched:
+            self._send()
+
+    def _send(self) -> None:
+        if self.failed is not None:
+            self._buf.clear()
+            return
+        n = len(self._buf)
+        data = memoryview(self._buf)
+        try:
+            while data:
+                done = self._out.write(data)
+                data = data[done if done is not None else len(data):]
+        except OSError as e:
+            self._fail(e)
+        finally:
+            data.release()
+            self._buf.clear()
+        self._sent += n
+
+    def _fail(self, e: OSError) -> None:
+        self.failed = e
+        try:
+            os.ftruncate(self._out.fileno(), self.written)
+        except (OSError, AttributeError, ValueError):
+            pass                            # a pipe or a device: nothing to cut back
+        raise TraceWriteError(e.errno, e.strerror) from None
 
     def thread(self, serial: int, tid: int, name: str, start_ns: int, flags: int, at_ns: int) -> None:
         self._write({"t": "thread", "serial": serial, "tid": tid, "name": name,
@@ -101,7 +134,7 @@ class TraceWriter:
 
     def encoded(self, record: bytes) -> None:
         """A record someone else already encoded as msgpack (the sampler encodes its sample batches)."""
-        self._buf += record
+        self._put(record)
 
     def iseq(self, addr: int, label: str, base_label: str, path: str, realpath: Optional[str],
              first_line: int, type: int, at_ns: int, source: str = "remote", **extra) -> None:
@@ -132,27 +165,14 @@ class TraceWriter:
         self.flush()
 
     def flush(self) -> None:
+        self._send()
         if self.failed is not None:
-            self._buf.clear()
             return
-        n = len(self._buf)
-        data = memoryview(self._buf)
         try:
-            while data:
-                done = self._out.write(data)
-                data = data[done if done is not None else len(data):]
             self._out.flush()
         except OSError as e:
-            self.failed = e
-            try:
-                os.ftruncate(self._out.fileno(), self.written)
-            except (OSError, AttributeError, ValueError):
-                pass                        # a pipe or a device: nothing to cut back
-            raise TraceWriteError(e.errno, e.strerror) from None
-        finally:
-            data.release()
-            self._buf.clear()
-        self.written += n
+            self._fail(e)
+        self.written = self._sent
 
 
 # --------------------------------------------------------------------- reader

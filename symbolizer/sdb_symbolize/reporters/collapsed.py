@@ -3,11 +3,16 @@ from __future__ import annotations
 from collections import Counter
 from typing import IO
 
+from sdb_trace.output import printable
+
 from .base import Reporter
 
 
 def _clean(name: str) -> str:
-    return name.replace(";", ",").replace("\n", " ")
+    """A frame as the format allows it: `;` separates frames (so it becomes `,`), and control
+    characters (line breaks, escape sequences: names the profiled program chose) become visible
+    escapes such as `\\x1b` (sdb_trace.output.printable)."""
+    return printable(name.replace(";", ","))
 
 
 class CollapsedReporter(Reporter):

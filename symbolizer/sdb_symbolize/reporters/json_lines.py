@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 from typing import IO, Dict
 
+from sdb_trace.output import printable_json
+
 from ..samples import state_name
 from .base import Reporter
 
@@ -30,8 +32,8 @@ class JsonReporter(Reporter):
                                           f'"thread_name":{json.dumps(thread.name)}')
         frames = self._stacks.get(stack)
         if frames is None:
-            frames = self._stacks[stack] = json.dumps([[f.label, f.path, f.line] for f in stack.frames],
-                                                         separators=(",", ":"), ensure_ascii=False)
+            frames = self._stacks[stack] = printable_json(json.dumps([[f.label, f.path, f.line] for f in stack.frames],
+                                                                     separators=(",", ":"), ensure_ascii=False))
         line = (f'{{"t":{(t_ns - self.start_ns) / 1e9:.6f},"t_ns":{t_ns},{th},"state":"{state_name(state)}",'
                 f'"frames":{frames}}}\n')
         for _ in range(count):
