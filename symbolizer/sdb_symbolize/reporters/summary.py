@@ -46,7 +46,7 @@ class SummaryReporter(Reporter):
             for k in set(ks):
                 total[k] += count
         h = self.header
-        out.write(f"sdb summary: {n:,} samples ({self.period_ns / 1e6:g} ms each, {h.get('rate_hz'):g} Hz), "
+        out.write(f"sdb summary: {n:,} samples ({self.period_ns / 1e6:g} ms each, {h.get('rate_hz') or 1e9 / self.period_ns:g} Hz), "
                   f"{len(self.threads)} thread(s); pid {h.get('pid')}, ruby {printable(h.get('ruby'))}\n")
         out.write(f"{'TOTAL':>10} {'(pct)':>9} {'SAMPLES':>10} {'(pct)':>9}  {self.what}\n")
         pct = (lambda c: 100.0 * c / n) if n else (lambda c: 0.0)
