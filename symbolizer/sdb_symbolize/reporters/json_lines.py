@@ -24,6 +24,7 @@ class JsonReporter(Reporter):
         self._threads: Dict[object, str] = {}
         self._stacks: Dict[object, str] = {}
         self._lines = []
+        self._pending = 0
 
     def add(self, thread, stack, state, t_ns, count) -> None:
         th = self._threads.get(thread)
@@ -38,9 +39,11 @@ class JsonReporter(Reporter):
                 f'"frames":{frames}}}\n')
         for _ in range(count):
             self._lines.append(line)
-        if len(self._lines) >= 4096:
+        self._pending += len(line) * count
+        if self._pending >= 1 << 20:        # at most ~1 MiB held (lines of deep stacks are long)
             self.out.write("".join(self._lines))
             self._lines.clear()
+            self._pending = 0
 
     def render(self, out: IO) -> None:
         out.write("".join(self._lines))
