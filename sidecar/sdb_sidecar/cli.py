@@ -4,6 +4,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sdb_trace import TraceWriteError
+from sdb_trace.output import printable
+
 from . import __version__
 from .commands import COMMANDS
 from .errors import Exit, SdbError
@@ -28,8 +31,11 @@ def main(argv=None) -> int:
     try:
         return args.run(args)
     except SdbError as e:
-        sys.stderr.write(f"sdb-sidecar: error: {e}\n")
+        sys.stderr.write(f"sdb-sidecar: error: {printable(e)}\n")   # may quote names the target chose
         return e.code
+    except TraceWriteError as e:        # the header or the end record (recorder.record handles the rest)
+        sys.stderr.write(f"sdb-sidecar: error: cannot write the trace: {e.strerror}\n")
+        return Exit.OUTPUT
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

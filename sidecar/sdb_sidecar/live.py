@@ -15,6 +15,7 @@ import msgpack
 
 from sdb_symbolize.resolve import Resolver
 import sdb_trace
+from sdb_trace.output import printable
 from sdb_trace import STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING, Tables, TraceWriter
 
 
@@ -161,10 +162,11 @@ def sort_rows(rows: List[Row], sort: int) -> List[Row]:
 
 
 def where(key: tuple) -> str:
+    """A row's text: names the target chose, with control characters made visible (printable)."""
     label, path, line = key
     if not path:
-        return label
-    return f"{label} ({path}:{line})" if line is not None else f"{label} ({path})"
+        return printable(label)
+    return printable(f"{label} ({path}:{line})" if line is not None else f"{label} ({path})")
 
 
 def shorten(text: str, width: int) -> str:
@@ -211,4 +213,4 @@ TABLE_HEAD = 5
 
 
 def command_text(command: List[str]) -> str:
-    return " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(command)) or "?"
+    return printable(" ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(command))) or "?"

@@ -12,7 +12,8 @@ import threading
 import time
 from typing import IO, Optional
 
-from sdb_trace import TraceWriter
+from sdb_trace import TraceWriteError, TraceWriter
+from sdb_trace.output import open_output as open_safely
 
 from . import __version__, _leftright, _sampler
 from .ebpf import DEFAULT_MAX_RATE, EbpfSymbolizer, EbpfUnavailable
@@ -205,10 +206,19 @@ class Drainer:
 
 
 def open_output(path: str) -> IO[bytes]:
+    """The trace file, opened by the rule of sdb_trace.output (no symlink or file of another user is
+    written through) and at its path from the start; unbuffered: TraceWriter writes whole batches."""
     try:
-        return open(path, "wb")
+        return open_safely(path, binary=True, publish_now=True, buffering=0).file
     except OSError as e:
         raise SdbError(f"cannot write {path}: {e.strerror}", Exit.OUTPUT) from None
+
+
+def write_failed(path: str, writer: TraceWriter, e: TraceWriteError) -> SdbError:
+    """A write of the trace failed (full disk, I/O error, closed pipe): recording stops, the file
+    keeps every batch written before (cut back to a record boundary by TraceWriter)."""
+    return SdbError(f"cannot write {path}: {e.strerror}; recording stopped, the trace holds the "
+                    f"{writer.written:,} bytes written before", Exit.OUTPUT)
 
 
 def start_ebpf(target: Target, max_rate: float = DEFAULT_MAX_RATE) -> Optional[EbpfSymbolizer]:
@@ -319,7 +329,7 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
         "layout": target.info["layout"], "rate_hz": rate_hz, "start_mono_ns": _sampler.monotonic_ns(),
         "start_wall_ns": _sampler.wall_ns(), "hostname": socket.gethostname(), "sdb_version": __version__,
         "command": target.command, "max_depth": max_depth,
-    })
+    }, batched=True)
     drainer = Drainer(target, sampler, writer)
     result = []
 
@@ -365,9 +375,15 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
                     break
         if not stalled:
             drainer.drain()
-    except BaseException:
+    except BaseException as e:
+        # the sampler thread runs without the GIL: it must be stopped before this exception can
+        # reach the interpreter's exit
+        sampler.stop()
+        thread.join(STALL_GRACE_S)
         for s, h in old.items():
             signal.signal(s, h)
+        if isinstance(e, TraceWriteError):
+            raise write_failed(out_path, writer, e) from None
         raise
     finally:
         if starter is not None:

@@ -5,10 +5,12 @@ trace holds before a problem is still written out."""
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 
 from sdb_trace import Corrupt, NewerVersion, TraceError, Truncated, load_tables
+from sdb_trace.output import open_output, printable
 
 from . import __version__
 from .reporters import REPORTERS
@@ -52,15 +54,54 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class OutputFailed(Exception):
+    """A write to the output failed (full disk, I/O error, closed pipe)."""
+
+    def __init__(self, error: OSError):
+        super().__init__(error.strerror)
+        self.error = error
+
+
+class _Guarded:
+    """The output stream as reporters see it: a failed write becomes OutputFailed, told apart from
+    errors of reading the trace (or of a reporter's temporary files)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, data):
+        try:
+            return self._stream.write(data)
+        except OSError as e:
+            raise OutputFailed(e) from None
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except OSError as e:
+            raise OutputFailed(e) from None
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return run(args)
     except TraceError as e:
-        sys.stderr.write(f"sdb-symbolize: error: {e}\n")
+        sys.stderr.write(f"sdb-symbolize: error: {printable(e)}\n")
         return _code(e)
-    except BrokenPipeError:
-        return Exit.FAILED
+    except OutputFailed as e:
+        if args.output == "-":
+            # nothing more can reach stdout: keep the interpreter's exit from trying again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            if e.error.errno == errno.EPIPE:
+                return Exit.OUTPUT          # the reader went away (`| head`): not worth a line
+        sys.stderr.write(f"sdb-symbolize: error: cannot write {printable(args.output if args.output != '-' else 'to standard output')}: "
+                         f"{e.error.strerror}\n")
+        return Exit.OUTPUT
+    except OSError as e:                    # e.g. a reporter's temporary file on a full /tmp
+        where = f"{e.filename}: " if e.filename else ""
+        sys.stderr.write(f"sdb-symbolize: error: {printable(where)}{e.strerror or e}\n")
+        return Exit.OUTPUT if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else Exit.FAILED
 
 
 def _code(e: TraceError) -> int:
@@ -82,23 +123,33 @@ def run(args) -> int:
     try:
         samples = SamplePass(args.trace, tables, Options.from_args(args))
     except FilterError as e:
-        sys.stderr.write(f"sdb-symbolize: error: {e}\n")
+        sys.stderr.write(f"sdb-symbolize: error: {printable(e)}\n")     # it may list thread names
         return Exit.USAGE
+    output = None
+    if args.output != "-":
+        try:
+            output = open_output(args.output, binary=reporter.binary)
+        except OSError as e:
+            sys.stderr.write(f"sdb-symbolize: error: cannot write {printable(args.output)}: {e.strerror}\n")
+            return Exit.OUTPUT
+        stream = output.file
+    else:
+        stream = sys.stdout.buffer if reporter.binary else sys.stdout
+    guarded = _Guarded(stream)
     try:
-        out = sys.stdout if args.output == "-" else (open(args.output, "wb") if reporter.binary else open(args.output, "w", encoding="utf-8"))
-    except OSError as e:
-        sys.stderr.write(f"sdb-symbolize: error: cannot write {args.output}: {e.strerror}\n")
-        return Exit.OUTPUT
-    stream = out.buffer if reporter.binary and out is sys.stdout else out
-    try:
-        reporter.start(stream)
+        reporter.start(guarded)
         samples.run(reporter, Progress(tables.sample_count) if args.progress else None)
-        reporter.render(stream)
-    finally:
-        if out is not sys.stdout:
-            out.close()
-        else:
-            out.flush()
+        reporter.render(guarded)
+        guarded.flush()
+        if output is not None:
+            try:
+                output.commit()             # the profile appears at its path whole, or not at all
+            except OSError as e:
+                raise OutputFailed(e) from None
+    except BaseException:
+        if output is not None:
+            output.discard()
+        raise
     if tables.error is None and samples.samples_in and not samples.samples_out:
         sys.stderr.write(f"sdb-symbolize: warning: none of the {samples.samples_in} samples match the filters "
                          f"(--thread, --from/--to, --idle)\n")

@@ -34,6 +34,10 @@ class Resolver:
         self._static: Dict[int, Optional[Tuple[Frame, ...]]] = {}
         self._frames_of: Optional[Dict[int, List[int]]] = None     # ISeq address -> its Ruby frames
         self._agreed: Dict[Tuple[int, int], Optional[dict]] = {}
+        # (frame id, caller Frame) -> Frame: a frame's name depends on nothing else unless its address
+        # was named twice (time-dependent). Interned, a 10,000-deep recursion holds a few Frames, not
+        # one per position of every stack.
+        self._interned: Dict[Tuple[int, Optional[Frame]], Optional[Frame]] = {}
 
     def agreed_method(self, iseq: int, sym, t_ns: int) -> Optional[dict]:
         """For a frame of this ISeq (symbol `sym`) whose own method entry does not fit it: a frame read
@@ -102,8 +106,14 @@ class Resolver:
         fids = self.t.stacks[sid]
         out: List[Frame] = []
         caller = None
+        interned = self._interned
         for fid in reversed(fids):
-            f = self.frame(fid, t_ns, caller, lo_ns)
+            key = (fid, caller)
+            f = interned.get(key, False)
+            if f is False:
+                f = self.frame(fid, t_ns, caller, lo_ns)
+                if not self._ambiguous(fid):
+                    interned[key] = f
             if f is None:
                 continue
             if self.t.frame_kind[fid] == KIND_RUBY and not f.located_at_caller:

@@ -44,10 +44,17 @@ class Stack:
         self.frames = frames
 
 
+_FUNCTION_FRAMES: Dict[Frame, Frame] = {}
+
+
 def function_frame(f: Frame) -> Frame:
-    """The frame without its line (--no-lines): one per function and file."""
-    g = Frame(f.label, f.path, 0)
-    g.name = f"{f.label} ({f.path})" if f.path else f.label
+    """The frame without its line (--no-lines): one per function and file (interned)."""
+    g = _FUNCTION_FRAMES.get(f)
+    if g is None:
+        g = Frame(f.label, f.path, 0)
+        g.name = f"{f.label} ({f.path})" if f.path else f.label
+        g = _FUNCTION_FRAMES.setdefault(g, g)
+        _FUNCTION_FRAMES[f] = g
     return g
 
 

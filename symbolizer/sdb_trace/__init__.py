@@ -6,7 +6,9 @@ one) or `load_tables` + `iter_samples` (the symbolizer's two streaming passes).
 """
 from __future__ import annotations
 
+import math
 import os
+from array import array
 from dataclasses import dataclass, field
 from typing import IO, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -53,19 +55,65 @@ class Corrupt(TraceError):
 
 
 # --------------------------------------------------------------------- writer
-class TraceWriter:
-    """Appends records to an open binary file; flushes after every batch."""
+class TraceWriteError(OSError):
+    """The trace could not be written (a full disk, an I/O error, a closed pipe). The file holds
+    every record written before, whole: the writer cut it back to the end of its last good batch."""
 
-    def __init__(self, out: IO[bytes], header: dict):
+
+class TraceWriter:
+    """Appends records to an open binary file; flushes after every batch.
+
+    batched: records are gathered in memory and written at `flush()` (once per batch: the sidecar's
+    file is unbuffered); else each record is written as it comes. If a write fails, the file is
+    truncated back to the end of the last batch flushed whole (so it ends between two records and
+    reads as a recording cut short), `TraceWriteError` is raised once, and every later record is
+    dropped (so code cleaning up after the failure does not fail again)."""
+
+    def __init__(self, out: IO[bytes], header: dict, batched: bool = False):
         self._out = out
         self._packer = msgpack.Packer(unicode_errors="replace")
+        self._buf = bytearray()
+        self._batched = batched
+        self._sent = 0                      # bytes handed to the file
+        self.written = 0                    # bytes of whole batches written and flushed
+        self.failed: Optional[OSError] = None
         rec = {"t": "header", "magic": MAGIC, "version": VERSION}
         rec.update(header)
         self._write(rec)
         self.flush()
 
     def _write(self, rec: dict) -> None:
-        self._out.write(self._packer.pack(rec))
+        self._put(self._packer.pack(rec))
+
+    def _put(self, data: bytes) -> None:
+        self._buf += data
+        if not self._batched:
+            self._send()
+
+    def _send(self) -> None:
+        if self.failed is not None:
+            self._buf.clear()
+            return
+        n = len(self._buf)
+        data = memoryview(self._buf)
+        try:
+            while data:
+                done = self._out.write(data)
+                data = data[done if done is not None else len(data):]
+        except OSError as e:
+            self._fail(e)
+        finally:
+            data.release()
+            self._buf.clear()
+        self._sent += n
+
+    def _fail(self, e: OSError) -> None:
+        self.failed = e
+        try:
+            os.ftruncate(self._out.fileno(), self.written)
+        except (OSError, AttributeError, ValueError):
+            pass                            # a pipe or a device: nothing to cut back
+        raise TraceWriteError(e.errno, e.strerror) from None
 
     def thread(self, serial: int, tid: int, name: str, start_ns: int, flags: int, at_ns: int) -> None:
         self._write({"t": "thread", "serial": serial, "tid": tid, "name": name,
@@ -91,7 +139,7 @@ class TraceWriter:
 
     def encoded(self, record: bytes) -> None:
         """A record someone else already encoded as msgpack (the sampler encodes its sample batches)."""
-        self._out.write(record)
+        self._put(record)
 
     def iseq(self, addr: int, label: str, base_label: str, path: str, realpath: Optional[str],
              first_line: int, type: int, at_ns: int, source: str = "remote", **extra) -> None:
@@ -125,8 +173,130 @@ class TraceWriter:
         self.flush()
 
     def flush(self) -> None:
-        self._out.flush()
+        self._send()
+        if self.failed is not None:
+            return
+        try:
+            self._out.flush()
+        except OSError as e:
+            self._fail(e)
+        self.written = self._sent
 
+
+
+# ----------------------------------------------------------------- validation
+# Every field a reader uses is checked for its type and range as its record is read (check_record),
+# so a damaged or hostile trace ends in Corrupt (one line), never in an exception deeper down.
+# Messages name the field and the type found, never the value (which may be huge or deeply nested).
+_I64 = 1 << 63
+_U64 = 1 << 64
+
+
+def _int(v) -> bool:
+    return type(v) is int and -_I64 <= v < _I64
+
+
+def _u64(v) -> bool:
+    return type(v) is int and 0 <= v < _U64
+
+
+def _nonneg(v) -> bool:
+    return type(v) is int and 0 <= v < _I64
+
+
+def _number(v) -> bool:
+    return (type(v) is int or type(v) is float) and math.isfinite(v) and abs(v) < 1e18
+
+
+def _rate(v) -> bool:
+    return _number(v) and 1e-3 <= v <= 1e9
+
+
+def _str(v) -> bool:
+    return type(v) is str
+
+
+def _str_or_none(v) -> bool:
+    return v is None or type(v) is str
+
+
+def _bool(v) -> bool:
+    return type(v) is bool
+
+
+def _str_list(v) -> bool:
+    return type(v) is list and all(type(x) is str for x in v)
+
+
+def _map_or_none(v) -> bool:
+    return v is None or type(v) is dict
+
+
+_WHAT = {_int: "an integer", _u64: "an unsigned 64-bit integer", _nonneg: "a non-negative integer",
+         _number: "a finite number", _rate: "a rate in Hz (0.001 to 1e9)", _str: "a string",
+         _str_or_none: "a string or nil", _bool: "a boolean", _str_list: "a list of strings",
+         _map_or_none: "a map or nil"}
+
+# record type -> {key: (check, required)}; unknown keys are ignored, unknown record types skipped
+_SCHEMA = {
+    "header": {"magic": (_str, True), "version": (_int, True), "max_depth": (_nonneg, False), "pid": (_int, False),
+               "ruby": (_str, False), "ruby_description": (_str, False), "layout": (_str, False),
+               "rate_hz": (_rate, False), "start_mono_ns": (_int, False), "start_wall_ns": (_int, False),
+               "hostname": (_str, False), "sdb_version": (_str, False), "command": (_str_list, False)},
+    "thread": {"serial": (_int, True), "tid": (_int, False), "name": (_str, True), "start_ns": (_int, False),
+               "flags": (_int, False), "at_ns": (_int, False)},
+    "thread_end": {"serial": (_int, True), "at_ns": (_int, False)},
+    "frames": {"first_id": (_nonneg, True)},
+    "stacks": {"first_id": (_nonneg, True)},
+    "samples": {"base_ns": (_int, True)},
+    "iseq": {"addr": (_u64, True), "label": (_str, False), "base_label": (_str, False), "path": (_str, False),
+             "realpath": (_str_or_none, False), "first_line": (_int, False), "type": (_int, False),
+             "at_ns": (_int, False), "source": (_str, False), "c_trace": (_bool, False), "moved_from": (_u64, False)},
+    "method": {"me": (_u64, True), "name": (_str_or_none, False), "type": (_int, False),
+               "class_path": (_str_or_none, False), "singleton": (_bool, False), "at_ns": (_int, False),
+               "source": (_str, False)},
+    "cfunc": {"me": (_u64, True), "name": (_str_or_none, False), "at_ns": (_int, False), "source": (_str, False)},
+    "ebpf_pause": {"at_ns": (_int, True), "rate": (_number, False), "backoff_s": (_number, False)},
+    "ebpf_resume": {"at_ns": (_int, True)},
+    "ebpf_attached": {"at_ns": (_int, True), "attach": (_str, False)},
+    "end": {"at_ns": (_int, False), "reason": (_str, False), "ticks": (_int, False), "late": (_int, False),
+            "missed": (_int, False), "samples": (_int, False), "torn": (_int, False), "retried": (_int, False),
+            "reused": (_int, False), "errors": (_int, False), "threads": (_int, False),
+            "symbol_errors": (_int, False), "ebpf": (_map_or_none, False), "threads_from": (_str, False),
+            "names_superseded": (_int, False), "names_unproven": (_int, False), "unnamed": (_map_or_none, False)},
+}
+
+
+def _kind(v) -> str:
+    return "nil" if v is None else type(v).__name__
+
+
+def check_record(rec: dict) -> Optional[str]:
+    """None if every field this reader uses has its documented type and range; else what is wrong,
+    in a few words (no value quoted)."""
+    t = rec["t"]
+    for key, (check, required) in _SCHEMA.get(t, {}).items():
+        if key not in rec:
+            if required:
+                return f"a {t} record without {key!r}"
+            continue
+        if not check(rec[key]):
+            return f"a {t} record's {key!r} is {_kind(rec[key])}, expected {_WHAT[check]}"
+    return None
+
+
+def int_column(rec: dict, key: str, typecode: str = "q") -> array:
+    """A record's column as an array of integers (typecode q: signed 64-bit, Q: unsigned); Corrupt-worthy
+    problems raise ValueError with what is wrong."""
+    col = rec.get(key)
+    if type(col) is not list:
+        raise ValueError(f"a {rec['t']} record's {key!r} is {_kind(col)}, expected a list of integers")
+    try:
+        return array(typecode, col)         # a C loop: rejects anything but integers in range
+    except TypeError:
+        raise ValueError(f"a {rec['t']} record's {key!r} holds something other than integers") from None
+    except OverflowError:
+        raise ValueError(f"a {rec['t']} record's {key!r} holds an integer out of range") from None
 
 # --------------------------------------------------------------------- reader
 _CHUNK = 1 << 20
@@ -162,7 +332,11 @@ class TraceReader:
         if version > VERSION:
             raise NewerVersion(f"{path}: written by a newer sdb (format {version}; this one reads up to "
                                f"{VERSION}): upgrade sdb")
+        why = check_record(first)
+        if why:
+            raise Corrupt(f"{path}: corrupt header ({why})")
         self.header = first
+        self.offset = 0          # where the record last yielded by records() starts
 
     def close(self) -> None:
         self._f.close()
@@ -198,6 +372,10 @@ class TraceReader:
                 return
             if not isinstance(rec, dict) or not isinstance(rec.get("t"), str):
                 raise Corrupt(f"{self.path}: corrupt at byte {offset} (a record that is not a map with \"t\")")
+            why = check_record(rec)
+            if why:
+                raise Corrupt(f"{self.path}: corrupt at byte {offset} ({why})")
+            self.offset = offset
             if rec["t"] == "end":
                 self.complete = True
                 self.end = rec
@@ -272,7 +450,7 @@ class Tables:
 
 
 def _check_ids(reader: TraceReader, rec: dict, expected: int, what: str) -> None:
-    if rec.get("first_id") != expected:
+    if rec.get("first_id") != expected:       # an int: check_record made sure
         raise Corrupt(f"{reader.path}: corrupt {what} record (first_id {rec.get('first_id')}, "
                       f"expected {expected})")
 
@@ -285,16 +463,51 @@ _SAMPLE_OPTIONAL = ("win_us",)
 
 def _check_samples(reader: TraceReader, rec: dict, nstacks: int) -> int:
     """Validates a samples record against the stacks defined so far; returns its sample count."""
-    cols = [rec.get(c) for c in _SAMPLE_COLUMNS]
-    if not isinstance(rec.get("base_ns"), int) or not all(isinstance(c, list) for c in cols):
-        raise Corrupt(f"{reader.path}: corrupt samples record (a column is missing)")
+    try:
+        cols = [int_column(rec, c) for c in _SAMPLE_COLUMNS]
+        cols += [int_column(rec, c, "L") for c in _SAMPLE_OPTIONAL if c in rec]    # win_us: 0 to 2^32-1
+    except ValueError as e:
+        raise Corrupt(f"{reader.path}: corrupt samples record ({e})") from None
     n = len(cols[0])
-    cols += [rec[c] for c in _SAMPLE_OPTIONAL if c in rec]
-    if any(not isinstance(c, list) or len(c) != n for c in cols):
+    if any(len(c) != n for c in cols):
         raise Corrupt(f"{reader.path}: corrupt samples record (columns of different lengths)")
     if n and (max(cols[2]) >= nstacks or min(cols[2]) < 0):
         raise Corrupt(f"{reader.path}: corrupt samples record (names a stack that is not defined)")
+    if n and not (-_I64 <= rec["base_ns"] + min(cols[0]) and rec["base_ns"] + max(cols[0]) < _I64):
+        raise Corrupt(f"{reader.path}: corrupt samples record (a time out of range)")
     return n
+
+
+def _frames(reader: TraceReader, tables: "Tables", rec: dict) -> None:
+    try:
+        kind = int_column(rec, "kind")
+        cols = [int_column(rec, c, "Q") for c in ("iseq", "pc", "me")]
+        line = int_column(rec, "line") if rec.get("line") is not None else None
+    except ValueError as e:
+        raise Corrupt(f"{reader.path}: corrupt frames record ({e})") from None
+    n = len(kind)
+    if any(len(c) != n for c in cols):
+        raise Corrupt(f"{reader.path}: corrupt frames record (columns of different lengths)")
+    tables.frame_kind.extend(kind)
+    tables.frame_iseq.extend(cols[0])
+    tables.frame_pc.extend(cols[1])
+    tables.frame_me.extend(cols[2])
+    tables.frame_line.extend(line if line is not None and len(line) == n else [0] * n)
+
+
+def _stacks(reader: TraceReader, tables: "Tables", rec: dict) -> None:
+    stacks = rec.get("stacks")
+    if type(stacks) is not list:
+        raise Corrupt(f"{reader.path}: corrupt stacks record ('stacks' is {_kind(stacks)}, expected a list)")
+    nframes = len(tables.frame_kind)
+    for st in stacks:
+        try:
+            ids = array("I", st) if type(st) is list else None   # 4 bytes a frame: deep stacks stay small
+        except (TypeError, OverflowError):
+            ids = None
+        if ids is None or (ids and max(ids) >= nframes):
+            raise Corrupt(f"{reader.path}: corrupt stacks record (names a frame that is not defined)")
+        tables.stacks.append(ids)
 
 
 def load_tables(path: str) -> Tables:
@@ -311,24 +524,13 @@ def load_tables(path: str) -> Tables:
                     tables.good_sample_records += 1
                 elif t == "frames":
                     _check_ids(reader, rec, len(tables.frame_kind), "frames")
-                    cols = [rec.get(c) for c in _FRAME_COLUMNS]
-                    if not all(isinstance(c, list) and len(c) == len(cols[0]) for c in cols):
-                        raise Corrupt(f"{path}: corrupt frames record (columns missing or of different lengths)")
-                    tables.frame_kind.extend(rec["kind"])
-                    tables.frame_iseq.extend(rec["iseq"])
-                    tables.frame_pc.extend(rec["pc"])
-                    tables.frame_me.extend(rec["me"])
-                    line = rec.get("line")
-                    tables.frame_line.extend(line if isinstance(line, list) and len(line) == len(cols[0])
-                                             else [0] * len(cols[0]))
+                    _frames(reader, tables, rec)
                 elif t == "stacks":
                     _check_ids(reader, rec, len(tables.stacks), "stacks")
-                    nframes = len(tables.frame_kind)
-                    for st in rec["stacks"]:
-                        if not isinstance(st, list) or any(not isinstance(f, int) or f < 0 or f >= nframes for f in st):
-                            raise Corrupt(f"{path}: corrupt stacks record (names a frame that is not defined)")
-                    tables.stacks.extend(rec["stacks"])
+                    _stacks(reader, tables, rec)
                 elif t == "thread":
+                    rec.pop("names", None)             # both are this reader's own keys
+                    rec.pop("end_ns", None)
                     prev = tables.threads.get(rec["serial"])
                     if prev is not None:
                         rec = dict(rec, names=prev.get("names", [prev["name"]]) + [rec["name"]])
@@ -349,8 +551,8 @@ def load_tables(path: str) -> Tables:
                     tables.end = rec
         except (Truncated, Corrupt) as e:
             tables.error = e
-        except (KeyError, TypeError, AttributeError) as e:
-            tables.error = Corrupt(f"{path}: corrupt record ({e!r})")
+        except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as e:
+            tables.error = Corrupt(f"{path}: corrupt at byte {reader.offset} ({type(e).__name__}: {str(e)[:80]})")
     return tables
 
 

@@ -4,6 +4,8 @@ import argparse
 import json
 import sys
 
+from sdb_trace.output import printable
+
 from ..snapshot import format_text, snapshot
 from ..target import open_target
 
@@ -22,8 +24,19 @@ class SnapshotCommand:
     def run(args) -> int:
         snap = snapshot(open_target(args.pid))
         if args.json:
-            json.dump(snap, sys.stdout, indent=1)
+            json.dump(snap, sys.stdout, indent=1)     # ASCII only: every control character escaped
             sys.stdout.write("\n")
         else:
-            sys.stdout.write(format_text(snap))
+            sys.stdout.write(format_text(escaped(snap)))
         return 0
+
+
+def escaped(snap: dict) -> dict:
+    """The snapshot with every name the target chose (thread names, labels, paths) made safe to print
+    on a terminal (sdb_trace.output.printable): no escape sequence, BEL or line break gets through."""
+    threads = []
+    for t in snap["threads"]:
+        frames = [dict(f, label=printable(f["label"]), path=printable(f["path"]) if f["path"] else f["path"])
+                  for f in t["frames"]]
+        threads.append(dict(t, name=printable(t["name"]) if t["name"] else t["name"], frames=frames))
+    return dict(snap, threads=threads)

@@ -3,11 +3,16 @@ from __future__ import annotations
 from collections import Counter
 from typing import IO
 
+from sdb_trace.output import printable
+
 from .base import Reporter
 
 
 def _clean(name: str) -> str:
-    return name.replace(";", ",").replace("\n", " ")
+    """A frame as the format allows it: `;` separates frames (so it becomes `,`), and control
+    characters (line breaks, escape sequences: names the profiled program chose) become visible
+    escapes such as `\\x1b` (sdb_trace.output.printable)."""
+    return printable(name.replace(";", ","))
 
 
 class CollapsedReporter(Reporter):
@@ -25,8 +30,18 @@ class CollapsedReporter(Reporter):
         self.counts[(thread, stack)] += count
 
     def render(self, out: IO) -> None:
+        # merged by thread label and interned stack (no line is built twice), sorted by thread and
+        # frame names, written one line at a time: deep stacks never sit in memory as text all at once
         merged: Counter = Counter()
         for (thread, stack), n in self.counts.items():
-            merged[";".join([_clean(thread.label)] + [_clean(f.name) for f in stack.frames])] += n
-        lines = sorted(f"{key} {n}" for key, n in merged.items())
-        out.write("\n".join(lines) + ("\n" if lines else ""))
+            merged[(_clean(thread.label), stack)] += n
+        names: dict = {}
+
+        def name(f):
+            s = names.get(f)
+            if s is None:
+                s = names[f] = _clean(f.name)
+            return s
+
+        for (label, stack), n in sorted(merged.items(), key=lambda kv: (kv[0][0], [name(f) for f in kv[0][1].frames])):
+            out.write(";".join([label] + [name(f) for f in stack.frames]) + f" {n}\n")

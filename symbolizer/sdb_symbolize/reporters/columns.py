@@ -46,8 +46,9 @@ class Column:
         """Every entry as text(entry), comma-separated, a chunk at a time (no brackets)."""
         sep = ""
         for chunk in self.chunks():
-            out.write(sep + ",".join(map(text, chunk)))
-            sep = ","
+            for i in range(0, len(chunk), 256):   # 256 at a time: an entry's text can be long (deep stacks)
+                out.write(sep + ",".join(map(text, chunk[i:i + 256])))
+                sep = ","
 
     def close(self) -> None:
         if self.file is not None:

@@ -5,6 +5,8 @@ from typing import IO, Dict, List
 
 from sdb_trace import STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING, STATE_UNKNOWN
 
+from sdb_trace.output import printable_json
+
 from .base import Reporter
 from .columns import Column
 
@@ -165,12 +167,12 @@ class FirefoxReporter(Reporter):
         }
         # everything but the sample columns through the C encoder; the columns (the only part that
         # grows with the recording's length) streamed in chunks, so memory stays flat
-        head = json.dumps(profile, separators=(",", ":"), ensure_ascii=False)
+        head = printable_json(json.dumps(profile, separators=(",", ":"), ensure_ascii=False))
         assert head.endswith('"threads":[]}')
         out.write(head[:-2])
         for k, th in enumerate(threads):
-            text = json.dumps(self.thread_json(th, pid, end_ms, process_name), separators=(",", ":"),
-                              ensure_ascii=False)
+            text = printable_json(json.dumps(self.thread_json(th, pid, end_ms, process_name), separators=(",", ":"),
+                                             ensure_ascii=False))
             before, after = text.split('"samples":null', 1)
             out.write(("," if k else "") + before + '"samples":')
             self.write_samples(th, out)

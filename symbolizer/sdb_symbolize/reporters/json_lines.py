@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 from typing import IO, Dict
 
+from sdb_trace.output import printable_json
+
 from ..samples import state_name
 from .base import Reporter
 
@@ -22,6 +24,7 @@ class JsonReporter(Reporter):
         self._threads: Dict[object, str] = {}
         self._stacks: Dict[object, str] = {}
         self._lines = []
+        self._pending = 0
 
     def add(self, thread, stack, state, t_ns, count) -> None:
         th = self._threads.get(thread)
@@ -30,15 +33,17 @@ class JsonReporter(Reporter):
                                           f'"thread_name":{json.dumps(thread.name)}')
         frames = self._stacks.get(stack)
         if frames is None:
-            frames = self._stacks[stack] = json.dumps([[f.label, f.path, f.line] for f in stack.frames],
-                                                         separators=(",", ":"), ensure_ascii=False)
+            frames = self._stacks[stack] = printable_json(json.dumps([[f.label, f.path, f.line] for f in stack.frames],
+                                                                     separators=(",", ":"), ensure_ascii=False))
         line = (f'{{"t":{(t_ns - self.start_ns) / 1e9:.6f},"t_ns":{t_ns},{th},"state":"{state_name(state)}",'
                 f'"frames":{frames}}}\n')
         for _ in range(count):
             self._lines.append(line)
-        if len(self._lines) >= 4096:
+        self._pending += len(line) * count
+        if self._pending >= 1 << 20:        # at most ~1 MiB held (lines of deep stacks are long)
             self.out.write("".join(self._lines))
             self._lines.clear()
+            self._pending = 0
 
     def render(self, out: IO) -> None:
         out.write("".join(self._lines))

@@ -3,6 +3,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import IO, Dict, Tuple
 
+from sdb_trace.output import printable
+
 from .base import Reporter
 
 
@@ -44,10 +46,10 @@ class SummaryReporter(Reporter):
             for k in set(ks):
                 total[k] += count
         h = self.header
-        out.write(f"sdb summary: {n:,} samples ({self.period_ns / 1e6:g} ms each, {h.get('rate_hz'):g} Hz), "
-                  f"{len(self.threads)} thread(s); pid {h.get('pid')}, ruby {h.get('ruby')}\n")
+        out.write(f"sdb summary: {n:,} samples ({self.period_ns / 1e6:g} ms each, {h.get('rate_hz') or 1e9 / self.period_ns:g} Hz), "
+                  f"{len(self.threads)} thread(s); pid {h.get('pid')}, ruby {printable(h.get('ruby'))}\n")
         out.write(f"{'TOTAL':>10} {'(pct)':>9} {'SAMPLES':>10} {'(pct)':>9}  {self.what}\n")
         pct = (lambda c: 100.0 * c / n) if n else (lambda c: 0.0)
         for k in sorted(total, key=lambda k: (-own[k], -total[k], self.describe(k))):
             out.write(f"{total[k]:>10} {pct(total[k]):>8.2f}% {own[k]:>10} {pct(own[k]):>8.2f}%  "
-                      f"{self.describe(k)}\n")
+                      f"{printable(self.describe(k))}\n")
