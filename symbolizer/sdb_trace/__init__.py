@@ -465,7 +465,7 @@ def _check_samples(reader: TraceReader, rec: dict, nstacks: int) -> int:
     """Validates a samples record against the stacks defined so far; returns its sample count."""
     try:
         cols = [int_column(rec, c) for c in _SAMPLE_COLUMNS]
-        cols += [int_column(rec, c, "L") for c in _SAMPLE_OPTIONAL if c in rec]    # win_us: 0 to 2^32-1
+        cols += [int_column(rec, c, "L") for c in _SAMPLE_OPTIONAL if c in rec]    # win_us: unsigned
     except ValueError as e:
         raise Corrupt(f"{reader.path}: corrupt samples record ({e})") from None
     n = len(cols[0])
