@@ -8,7 +8,8 @@ evals 50,000 methods one eval at a time (2 ISeqs each: 114,000 ISeqs in all). It
   ebpf       `sdb-sidecar attach` recording at 1 kHz with the eBPF symbolizer and its governor at the
              default budget (creation probes paused while ISeqs come faster than 5,000/s)
   ebpf-all   the same with `--ebpf-max-rate 0`: every ISeq probed
-The sidecar is attached and recording (its first samples are in the trace) before the boot starts.
+The sidecar is attached and recording (its first samples are in the trace, and its eBPF symbolizer
+attached) before the boot starts.
 Slowdown = boot time / median boot time without sidecar - 1. Target: at most 5% with eBPF (default).
 Also reported: eBPF events, pauses, and how many ISeq records of the trace eBPF wrote vs remote reads.
 The target runs on one core, the sidecar on another; the generated files are in /dev/shm."""
@@ -65,7 +66,8 @@ def one(cfg, mode: str, folder: str, files: int, methods: int, tmp: str) -> dict
                 "-o", out, "--quiet"] + MODES[mode]
             sc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
             deadline = time.monotonic() + 30
-            while samples_in(out) == 0:
+            # recording, and (but --no-ebpf) the eBPF symbolizer attached: it is attached beside the sampling
+            while samples_in(out) == 0 or ("--no-ebpf" not in MODES[mode] and not common.ebpf_attached(out)):
                 if sc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"sdb-sidecar did not start recording: {sc.communicate()[1] if sc.poll() is not None else 'timeout'}")
                 time.sleep(0.05)

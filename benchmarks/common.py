@@ -171,9 +171,24 @@ def _alive(pid: int) -> bool:
 
 
 @contextmanager
+def ebpf_attached(out: str) -> bool:
+    """The trace being written has its ebpf_attached record (the eBPF symbolizer is in place)."""
+    from sdb_trace import TraceError, TraceReader
+    try:
+        with TraceReader(out) as r:
+            try:
+                return any(rec["t"] == "ebpf_attached" for rec in r.records())
+            except TraceError:
+                return False
+    except (TraceError, OSError):
+        return False
+
+
 def sidecar(pid: int, rate: float, out: str, cpu: int = SAMPLER_CPU, timeout: float = 20.0):
     """`sdb-sidecar attach` on pid at rate Hz, pinned to cpu, recording into out until the block
-    ends (then SIGINT, as Ctrl-C). Yields the Popen once the recording has begun (trace file there);
+    ends (then SIGINT, as Ctrl-C). Yields the Popen once the recording has begun (trace file there)
+    and its eBPF symbolizer is attached (sampling starts before it: what is measured is the steady
+    recording; where eBPF cannot be had, after `timeout`);
     afterwards p.end holds the trace's end record, p.rate_hz the achieved tick rate and p.rusage_s the
     sidecar's user+sys CPU seconds."""
     cmd = taskset(cpu) + [os.path.join(BIN, "sdb-sidecar"), "attach", "--pid", str(pid), "--rate", str(rate),
@@ -189,9 +204,10 @@ def sidecar(pid: int, rate: float, out: str, cpu: int = SAMPLER_CPU, timeout: fl
             size = os.path.getsize(out) if os.path.exists(out) else 0
             if size and header is None:
                 header = (size, time.monotonic())
-            if header and (size > header[0] or time.monotonic() > header[1] + 1.0):
+            if header and (size > header[0] or time.monotonic() > header[1] + 1.0) and \
+                    (ebpf_attached(out) or time.monotonic() > deadline):
                 break
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline and not header:
                 raise RuntimeError("sdb-sidecar did not start recording")
             time.sleep(0.02)
         yield p
