@@ -173,15 +173,8 @@ def _alive(pid: int) -> bool:
 @contextmanager
 def ebpf_attached(out: str) -> bool:
     """The trace being written has its ebpf_attached record (the eBPF symbolizer is in place)."""
-    from sdb_trace import TraceError, TraceReader
-    try:
-        with TraceReader(out) as r:
-            try:
-                return any(rec["t"] == "ebpf_attached" for rec in r.records())
-            except TraceError:
-                return False
-    except (TraceError, OSError):
-        return False
+    from sdb_trace import has_record
+    return has_record(out, "ebpf_attached")
 
 
 def sidecar(pid: int, rate: float, out: str, cpu: int = SAMPLER_CPU, timeout: float = 20.0):

@@ -349,15 +349,8 @@ def wait_for(predicate, timeout: float, interval: float = 0.02, what: str = "con
 
 def ebpf_attached_so_far(path) -> bool:
     """The trace still being written says the eBPF symbolizer is attached (its ebpf_attached record)."""
-    from sdb_trace import TraceError
-    try:
-        with TraceReader(str(path)) as r:
-            try:
-                return any(rec["t"] == "ebpf_attached" for rec in r.records())
-            except TraceError:
-                return False
-    except (TraceError, OSError):
-        return False
+    from sdb_trace import has_record
+    return has_record(str(path), "ebpf_attached")
 
 
 def samples_so_far(path) -> int:

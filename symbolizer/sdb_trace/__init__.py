@@ -641,3 +641,16 @@ def iter_samples(path: str, on_batch: Callable[..., None], limit: Optional[int] 
                         on_batch(rec["base_ns"], rec["dt_ns"], rec["thread"], rec["stack"], rec["state"])
         except (Truncated, Corrupt):
             return
+
+
+def has_record(path: str, t: str) -> bool:
+    """A trace, possibly still being written, holds a record of type t among its complete records
+    (False when it cannot be read yet)."""
+    try:
+        with TraceReader(path) as reader:
+            try:
+                return any(rec["t"] == t for rec in reader.records())
+            except TraceError:
+                return False
+    except (TraceError, OSError):
+        return False
