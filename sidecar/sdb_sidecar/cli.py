@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from sdb_trace import TraceWriteError
@@ -9,6 +10,7 @@ from sdb_trace.output import printable
 
 from . import __version__
 from .commands import COMMANDS
+from .recorder import EbpfStarter
 from .errors import Exit, SdbError
 
 
@@ -27,6 +29,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    rc = _main(argv)
+    if EbpfStarter.compiling():
+        # bcc (C++, LLVM) is still compiling in a thread for a recording that has ended (a short
+        # program): the interpreter's exit would run LLVM's static destructors under it (abort,
+        # "pure virtual method called"). Nothing of that thread's work is needed: leave at once.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
+
+
+def _main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)

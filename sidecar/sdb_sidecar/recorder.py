@@ -221,15 +221,11 @@ def write_failed(path: str, writer: TraceWriter, e: TraceWriteError) -> SdbError
                     f"{writer.written:,} bytes written before", Exit.OUTPUT)
 
 
-def start_ebpf(target: Target, max_rate: float = DEFAULT_MAX_RATE) -> Optional[EbpfSymbolizer]:
-    """The eBPF symbolizer for this target, attached, or None after one notice saying why not.
-    The sampler uses its names once given `sym.named` (EbpfStarter)."""
+def start_ebpf(target: Target, max_rate: float = DEFAULT_MAX_RATE) -> EbpfSymbolizer:
+    """The eBPF symbolizer for this target, attached (EbpfUnavailable says why not). The sampler
+    uses its names once given `sym.named` (EbpfStarter)."""
     sym = EbpfSymbolizer(target.pid, target.registry.layout, _leftright.LeftRightMap(4096), max_rate)
-    try:
-        sym.start()
-    except EbpfUnavailable as e:
-        sys.stderr.write(f"sdb: notice: no eBPF symbolizer ({e}); ISeqs are named by remote reads\n")
-        return None
+    sym.start()
     return sym
 
 
@@ -239,6 +235,13 @@ class EbpfStarter:
     are named by remote reads, as those alive before the recording are. On Ruby 3.1 the kernel
     view comes with them; procfs tells the sampler which threads ran until then."""
 
+    _threads: list = []     # every starter's thread (compiling() asks if one still runs)
+
+    @classmethod
+    def compiling(cls) -> bool:
+        """A starter thread still runs (compiling or attaching) in this process."""
+        return any(t.is_alive() for t in cls._threads)
+
     def __init__(self, target: Target, sampler: "_sampler.Sampler", drainer: Drainer, max_rate: float):
         self.target, self.sampler, self.drainer, self.max_rate = target, sampler, drainer, max_rate
         self.symbolizer: Optional[EbpfSymbolizer] = None
@@ -246,16 +249,23 @@ class EbpfStarter:
         self._lock = threading.Lock()
         self._cancelled = False
         self._thread = threading.Thread(target=self._start, name="sdb-ebpf-start", daemon=True)
+        EbpfStarter._threads.append(self._thread)
         self._thread.start()
 
     def _start(self) -> None:
         sym = kv = None
         try:
             sym = start_ebpf(self.target, self.max_rate)
-            kv = start_kernel_view(self.target, self.sampler, notice=sym is not None)
         except Exception as e:      # the recording goes on without eBPF whatever happened here
-            sys.stderr.write(f"sdb: notice: no eBPF symbolizer ({e.__class__.__name__}: {e}); "
-                             f"ISeqs are named by remote reads\n")
+            why = str(e) if isinstance(e, EbpfUnavailable) else f"{e.__class__.__name__}: {e}"
+            with self._lock:
+                # a program that is over (or a recording that ended) needs no eBPF: nothing to say
+                if not self._cancelled and not _exiting(self.target.pid):
+                    sys.stderr.write(f"sdb: notice: no eBPF symbolizer ({why}); ISeqs are named by remote reads\n")
+        try:
+            kv = start_kernel_view(self.target, self.sampler, notice=sym is not None and not _exiting(self.target.pid))
+        except Exception:
+            kv = None       # procfs tells the sampler which threads ran, as before the view came
         with self._lock:
             if self._cancelled:     # the recording ended while we compiled
                 if sym is not None:
@@ -472,6 +482,20 @@ def _pidfd(pid: int) -> int:
                 return -1               # gone, or no pidfds here (or not allowed): the slow way
         _PIDFDS[pid] = fd
     return fd
+
+
+PF_EXITING = 0x4     # include/linux/sched.h: the task is in exit (its memory map may already be gone)
+
+
+def _exiting(pid: int) -> bool:
+    """The process is gone, a zombie, or on its way out (/proc/PID/stat's flags)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        fields = data[data.rindex(b")") + 2:].split()
+        return fields[0] in (b"Z", b"X") or bool(int(fields[6]) & PF_EXITING)
+    except (OSError, ValueError, IndexError):
+        return True
 
 
 def _alive(pid: int) -> bool:

@@ -116,3 +116,17 @@ def test_two_sidecars_on_two_processes_of_one_ruby_both_name_with_ebpf(tmp_path,
         assert trace.end["ebpf"] is not None
         ebpf_named = {r["label"] for r in trace.records if r["t"] == "iseq" and r["source"] == "ebpf"}
         assert "sdb_loaded_method" in ebpf_named, sorted(ebpf_named)[:20]
+
+
+@pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")
+def test_record_of_a_program_shorter_than_the_ebpf_compile_exits_cleanly(tmp_path):
+    # GIVEN a program that is over long before bcc could have compiled the eBPF program (a second)
+    out = tmp_path / "trace.msgpack"
+    p = subprocess.run([*SIDECAR, "record", "-q", "-o", str(out), "--",
+                        *ruby_cmd(PROGRAMS / "short_work.rb", "sleep", "0.05")],
+                       capture_output=True, text=True, timeout=300, cwd=str(tmp_path), env=ruby_env())
+    # THEN record exits with the program's status, says nothing, and the trace is whole
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == ""
+    trace = read_trace(out)
+    assert trace.end is not None and trace.end["samples"] > 0
