@@ -8,11 +8,13 @@ took the GVL (and a CPU) in between, so its new stack must be read."""
 from __future__ import annotations
 
 import os
+import signal
+import time
 from collections import Counter
 
 import pytest
 
-from conftest import read_trace, run_sidecar
+from conftest import ebpf_attached_so_far, read_trace, run_sidecar, wait_for
 from sdb_sidecar.kview import BTF_PATH
 from test_ebpf_symbolizer import ebpf_missing
 
@@ -24,24 +26,37 @@ def kernel_view_missing() -> str:
     return "" if os.path.exists(BTF_PATH) else f"no kernel BTF at {BTF_PATH}"
 
 
-def record_2s(ruby_target, tmp_path, program: str, ebpf: bool):
-    """`program` recorded for 2 s at 1 kHz, with eBPF where the machine has it or without; the trace."""
+def record_2s(ruby_target, sidecar_process, tmp_path, program: str, ebpf: bool):
+    """`program` recorded at 1 kHz, with eBPF where the machine has it (for 2 s from the moment it is
+    attached: it attaches beside the sampling) or without (2 s); the trace."""
     target = ruby_target(program)
     out = tmp_path / "trace.msgpack"
-    r = run_sidecar("attach", "--pid", str(target.pid), "-d", "2", "-o", str(out), "--quiet",
-                    *([] if ebpf else ["--no-ebpf"]))
-    assert r.returncode == 0, r.stderr
+    if not ebpf or kernel_view_missing():
+        r = run_sidecar("attach", "--pid", str(target.pid), "-d", "2", "-o", str(out), "--quiet",
+                        *([] if ebpf else ["--no-ebpf"]))
+        assert r.returncode == 0, r.stderr
+        return read_trace(out)
+    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-d", "600", "-o", str(out), "--quiet")
+    wait_for(lambda: ebpf_attached_so_far(out) or sidecar.poll() is not None, 120, what="eBPF attached")
+    time.sleep(2)
+    sidecar.send_signal(signal.SIGINT)
+    _, err = sidecar.communicate(timeout=60)
+    assert sidecar.returncode == 0, err
     return read_trace(out)
 
 
 @pytest.mark.parametrize("ebpf", [True, False], ids=["default", "no-ebpf"])
-def test_sleeper_alternating_between_two_methods_shows_both_in_equal_shares(ruby_target, tmp_path, ebpf):
+def test_sleeper_alternating_between_two_methods_shows_both_in_equal_shares(ruby_target, sidecar_process, tmp_path,
+                                                                            ebpf):
     # GIVEN a thread sleeping 20 ms alternately in nap_in_a and nap_in_b
     # WHEN it is recorded for 2 s at 1 kHz (with eBPF where the machine has it, and without)
-    trace = record_2s(ruby_target, tmp_path, "alternating_sleeper.rb", ebpf)
+    trace = record_2s(ruby_target, sidecar_process, tmp_path, "alternating_sleeper.rb", ebpf)
     serial = trace.serial_named("alternating")
+    attached = [r["at_ns"] for r in trace.records if r["t"] == "ebpf_attached"]
     seen = Counter()
     for sample in trace.samples_of(serial):
+        if attached and sample[0] < attached[0]:
+            continue        # the 2 s measured are those after eBPF (and the kernel view) came
         labels = [l for l in trace.labels_of(sample) if l]
         seen["a" if "nap_in_a" in labels else "b" if "nap_in_b" in labels else "other"] += 1
     total = sum(seen.values())
@@ -59,11 +74,11 @@ def test_sleeper_alternating_between_two_methods_shows_both_in_equal_shares(ruby
 
 
 @pytest.mark.parametrize("ebpf", [True, False], ids=["default", "no-ebpf"])
-def test_threads_asleep_for_good_are_read_once_then_reused(ruby_target, tmp_path, ebpf):
+def test_threads_asleep_for_good_are_read_once_then_reused(ruby_target, sidecar_process, tmp_path, ebpf):
     # GIVEN an app whose main thread and one more sleep for good, beside a busy worker (on 3.1 with the
     # kernel view, a thread that never switches again must still be known to be off its CPU)
     # WHEN it is recorded for 2 s at 1 kHz
-    end = record_2s(ruby_target, tmp_path, "parked.rb", ebpf).end
+    end = record_2s(ruby_target, sidecar_process, tmp_path, "parked.rb", ebpf).end
     # THEN the two sleepers' samples (two thirds of all) needed no read after the first ones
     assert end["threads"] == 3 and end["samples"] > 4000, end
     assert end["reused"] > 0.6 * end["samples"], end
