@@ -120,6 +120,7 @@ def run(args) -> int:
     tables = load_tables(args.trace)
     reporter = REPORTERS[args.format](tables.header, args)
     reporter.end_ns = tables.end.get("at_ns") if tables.end else None
+    reporter.ticks = tables.end.get("ticks") if tables.end else None
     try:
         samples = SamplePass(args.trace, tables, Options.from_args(args))
     except FilterError as e:

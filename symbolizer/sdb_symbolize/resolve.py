@@ -91,7 +91,7 @@ class Resolver:
         if kind == KIND_CFUNC:
             # like Ruby's backtrace: a C function is located at its Ruby caller
             return Frame(full_label(KIND_CFUNC, None, method), caller.path if caller else None,
-                         caller.line if caller else 0)
+                         caller.line if caller else 0, located_at_caller=True)
         if kind == KIND_TRUNCATED:
             return Frame("(truncated)", None, 0)
         if kind == KIND_GC:

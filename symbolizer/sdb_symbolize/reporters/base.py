@@ -19,6 +19,7 @@ class Reporter:
     binary = False       # render() writes bytes, not text
     timeline = False     # wants every sample, in time order
     end_ns: Optional[int] = None   # set by the command: when the recording ended (None: cut short)
+    ticks: Optional[int] = None    # set by the command: the sampler's ticks (None: cut short)
 
     def __init__(self, header: dict, options):
         self.header = header

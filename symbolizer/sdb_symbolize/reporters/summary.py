@@ -23,7 +23,9 @@ class SummaryReporter(Reporter):
         self.threads = set()
 
     def key(self, frame) -> Tuple:
-        return (frame.label, frame.path or "")
+        # a C function (or a built-in Ruby method shown as one) is located at its caller: one row
+        # for it, not one per calling file
+        return (frame.label, "" if frame.located_at_caller else frame.path or "")
 
     def describe(self, key: Tuple) -> str:
         return f"{key[0]} ({key[1]})" if key[1] else key[0]
@@ -46,7 +48,11 @@ class SummaryReporter(Reporter):
             for k in set(ks):
                 total[k] += count
         h = self.header
-        out.write(f"sdb summary: {n:,} samples ({self.period_ns / 1e6:g} ms each, {h.get('rate_hz') or 1e9 / self.period_ns:g} Hz), "
+        asked = h.get('rate_hz') or 1e9 / self.period_ns
+        rate = f"{asked:g} Hz"
+        if self.ticks and self.end_ns and isinstance(h.get("start_mono_ns"), int) and self.end_ns > h["start_mono_ns"]:
+            rate = f"asked {asked:g} Hz, achieved {self.ticks / ((self.end_ns - h['start_mono_ns']) / 1e9):.0f} Hz"
+        out.write(f"sdb summary: {n:,} samples ({self.period_ns / 1e6:g} ms each, {rate}), "
                   f"{len(self.threads)} thread(s); pid {h.get('pid')}, ruby {printable(h.get('ruby'))}\n")
         out.write(f"{'TOTAL':>10} {'(pct)':>9} {'SAMPLES':>10} {'(pct)':>9}  {self.what}\n")
         pct = (lambda c: 100.0 * c / n) if n else (lambda c: 0.0)
