@@ -368,13 +368,24 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
     # sampling first; eBPF is compiled and attached beside it
     starter = EbpfStarter(target, sampler, drainer, ebpf_max_rate) if ebpf else None
     symbolizer = kernel_view = None
+    errors_seen = 0
+    execd = False
     try:
         while thread.is_alive():
             waiter.wait()
             drainer.drain()
             if not _alive(target.pid):
                 sampler.stop()
-            status.update(sampler.stats())
+            st = sampler.stats()
+            if st["errors"] > errors_seen:
+                # reads failed outright: a thread ended mid-read, or the program exec'd another one
+                # (same pid, none of the memory the registry points into): its registry is no
+                # longer mapped then, and the recording ends
+                errors_seen = st["errors"]
+                if not execd and _alive(target.pid) and not maps_registry(target.pid, target.registry_ino):
+                    execd = True
+                    sampler.stop()
+            status.update(st)
             # a watchdog that needs nothing from the sampler thread: a recording never outlives its
             # duration by more than a few seconds, whatever happens to that thread
             if duration_s and time.monotonic() - started > duration_s + STALL_GRACE_S:
@@ -415,6 +426,8 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
                          f"into a {duration_s:g} s recording; the trace holds what it gathered\n")
     if interrupted:
         why = "interrupted"
+    elif execd:
+        why = "target-exec"
     elif why == "stopped" or why == "target-exited":
         why = "target-exited" if not _alive(target.pid) else why
     counts = {"at_ns": _sampler.monotonic_ns(), "reason": why, "ticks": stats["ticks"], "late": stats["late"],
@@ -482,6 +495,20 @@ def _pidfd(pid: int) -> int:
                 return -1               # gone, or no pidfds here (or not allowed): the slow way
         _PIDFDS[pid] = fd
     return fd
+
+
+def maps_registry(pid: int, ino: int) -> bool:
+    """The process maps its registry file (inode `ino`): false once it exec'd another program (or
+    the maps cannot be read: then it is gone)."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and parts[5].startswith(b"/dev/shm/sdb-") and int(parts[4]) == ino:
+                    return True
+    except (OSError, ValueError):
+        return False
+    return False
 
 
 PF_EXITING = 0x4     # include/linux/sched.h: the task is in exit (its memory map may already be gone)

@@ -25,6 +25,7 @@ class Target:
     registry: "_sampler.Registry"
     info: dict
     command: list
+    registry_ino: int = 0       # the registry file's inode (recorder.maps_registry: did the app exec?)
 
     @property
     def ruby(self) -> str:
@@ -133,7 +134,7 @@ def open_target(pid: int, wait_s: float = 2.0) -> Target:
     if info["status"] != STATUS_ENABLED:
         raise SdbError(f"the sdb gem in process {pid} has not finished starting (status {info['status']})",
                        Exit.GEM_DISABLED)
-    return Target(pid=pid, registry=reg, info=info, command=command_line(pid))
+    return Target(pid=pid, registry=reg, info=info, command=command_line(pid), registry_ino=st.st_ino)
 
 
 def _no_registry(pid: int, path: str, stale: bool):

@@ -141,6 +141,7 @@ def ending(counts: dict, args) -> str:
     duration = getattr(args, "duration", 0) or 0
     words = {"duration": f"the {duration:g} s asked for ended", "interrupted": "interrupted",
              "target-exited": "the program exited", "stalled": "the sampler stalled",
+             "target-exec": "the program exec'd another program",
              "stopped": "stopped"}.get(reason, str(reason))
     unnamed = counts.get("unnamed") or {}
     parts = [f"{n} {one if n == 1 else many}" for one, many, n in
