@@ -125,21 +125,42 @@ class RemoteRuby:
             raise RemoteReadError(f"ISeq 0x{iseq:x} has no body (not loaded yet)")
         return body
 
-    def iseq_info(self, iseq: int) -> dict:
-        """label, base_label, path, realpath, first_line, type of an ISeq."""
+    def _iseq_refs(self, iseq: int) -> Tuple[int, bytes, tuple]:
+        """An ISeq's body, the body's first bytes, and the objects its name is read from: (label,
+        base_label, pathobj, and the pathobj Array's items when it is one)."""
         L = self.L
         body = self.iseq_body(iseq)
         span = max(L["body_pathobj"], L["body_label"], L["body_base_label"], L["body_first_lineno"]) + 8
         b = self.read(body, span, "ISeq body")
-        itype = struct.unpack_from("<I", b, L["body_type"])[0]
         pathobj = struct.unpack_from("<Q", b, L["body_pathobj"])[0]
-        label = self.string(struct.unpack_from("<Q", b, L["body_label"])[0], "ISeq label") or ""
-        base_label = self.string(struct.unpack_from("<Q", b, L["body_base_label"])[0], "ISeq base label") or ""
+        head = self.read(pathobj, 8, "ISeq path")
+        items = () if struct.unpack_from("<Q", head, 0)[0] & T_MASK == T_STRING else \
+            tuple(self.array(pathobj, "ISeq path array")[:2])
+        refs = (struct.unpack_from("<Q", b, L["body_label"])[0], struct.unpack_from("<Q", b, L["body_base_label"])[0],
+                pathobj, items)
+        return body, b, refs
+
+    def iseq_info(self, iseq: int) -> dict:
+        """label, base_label, path, realpath, first_line, type of an ISeq. Its name is read from objects
+        GC compaction may move (and reuse the old slots of) while we read: the ISeq must refer to the
+        same objects after the strings were read as before, else nothing read is trusted."""
+        L = self.L
+        body, b, refs = self._iseq_refs(iseq)
+        label_v, base_v, pathobj, items = refs
+        itype = struct.unpack_from("<I", b, L["body_type"])[0]
+        label = self.string(label_v, "ISeq label") or ""
+        base_label = self.string(base_v, "ISeq base label") or ""
         if L["body_first_lineno_is_fixnum"]:
             first_line = struct.unpack_from("<q", b, L["body_first_lineno"])[0] >> 1
         else:
             first_line = struct.unpack_from("<i", b, L["body_first_lineno"])[0]
-        path, realpath = self.pathobj(pathobj)
+        if not items:
+            path = realpath = self.string(pathobj, "ISeq path") or ""
+        else:
+            path = self.string(items[0], "ISeq path") or ""
+            realpath = self.string(items[1], "ISeq realpath") if len(items) > 1 else None
+        if self._iseq_refs(iseq)[::2] != (body, refs):
+            raise RemoteReadError(f"ISeq 0x{iseq:x}: its name's objects moved while they were read")
         info = {"label": label, "base_label": base_label, "path": path, "realpath": realpath,
                 "first_line": first_line, "type": itype}
         if L["body_builtin_attrs"] != NA:
@@ -147,18 +168,6 @@ class RemoteRuby:
             if attrs & BUILTIN_ATTR_C_TRACE:
                 info["c_trace"] = True
         return info
-
-    def pathobj(self, value: int) -> Tuple[str, Optional[str]]:
-        """A pathobj is a String (path == realpath) or an Array [path, realpath]."""
-        head = self.read(value, 8, "ISeq path")
-        flags = struct.unpack_from("<Q", head, 0)[0]
-        if flags & T_MASK == T_STRING:
-            p = self.string(value, "ISeq path") or ""
-            return p, p
-        items = self.array(value, "ISeq path array")
-        path = self.string(items[0], "ISeq path") if items else ""
-        realpath = self.string(items[1], "ISeq realpath") if len(items) > 1 else None
-        return path or "", realpath
 
     # ------------------------------------------------------------ C methods
     def array_entry(self, ary: int, idx: int, what: str) -> int:
