@@ -170,13 +170,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@contextmanager
 def ebpf_attached(out: str) -> bool:
     """The trace being written has its ebpf_attached record (the eBPF symbolizer is in place)."""
     from sdb_trace import has_record
     return has_record(out, "ebpf_attached")
 
 
+@contextmanager
 def sidecar(pid: int, rate: float, out: str, cpu: int = SAMPLER_CPU, timeout: float = 20.0):
     """`sdb-sidecar attach` on pid at rate Hz, pinned to cpu, recording into out until the block
     ends (then SIGINT, as Ctrl-C). Yields the Popen once the recording has begun (trace file there)

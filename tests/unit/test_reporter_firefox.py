@@ -101,7 +101,8 @@ def test_one_track_per_thread_with_its_states_as_categories(profile):
                 out.add(cats[derived[s]])
         return out
 
-    assert sample_categories("format_sleeper") <= {"Blocked", "Running"}
+    # (a sleeper that wakes needs the GVL back: on a busy machine it waits for it, rightly shown)
+    assert sample_categories("format_sleeper") <= {"Blocked", "Running", "Waiting for GVL"}
     assert "Blocked" in sample_categories("format_sleeper")
     assert "Running" in sample_categories("format_cruncher")
 
