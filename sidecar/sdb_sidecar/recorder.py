@@ -1,5 +1,5 @@
 """Recording: run the sampler in a thread of its own (no GIL), drain it into the trace
-(every half second, or within 100 ms when something new must be named), name new
+(every half second, or within 20 ms when something new must be named), name new
 ISeqs, print one status line."""
 from __future__ import annotations
 
