@@ -1458,10 +1458,7 @@ cdef class Sampler:
         cdef int same
         # the copy window as the trace keeps it, in whole us back from `now` (rounded out): names
         # first read for this sample hold from exactly the window's start the trace will show
-        if now > job.lo_ns:
-            job.lo_ns = now - (now - job.lo_ns + 999) // 1000 * 1000
-        else:
-            job.lo_ns = now
+        job.lo_ns = now - (now - job.lo_ns + 999) // 1000 * 1000 if now > job.lo_ns else now
         cdef FrameEnt *pf
         cdef uint32_t *pi
         if sdb_load_acquire_u64(&s.gen) != job.gen:
@@ -1581,9 +1578,10 @@ cdef class Sampler:
         return self.emit(job, <uint32_t>sid, now, job.lo_ns)
 
     cdef int emit(self, const Job *job, uint32_t sid, uint64_t now, uint64_t lo_ns) noexcept nogil:
-        """A sample at `now` of stack `sid`, whose frames were copied no earlier than lo_ns (a stack
-        known unchanged since an earlier read: lo_ns = now)."""
-        cdef uint64_t win = (now - lo_ns + 999) // 1000 if now > lo_ns else 0
+        """A sample at `now` of stack `sid`, whose frames were copied no earlier than lo_ns, a whole
+        number of us before it (finish_job rounds it so; a stack known unchanged since an earlier
+        read: lo_ns = now)."""
+        cdef uint64_t win = (now - lo_ns) // 1000
         if grow(<void **>&self.g.samples, &self.g.sample_cap, self.g.sample_len + 1, sizeof(SampleEnt)) != 0:
             return R_FATAL
         self.g.samples[self.g.sample_len].t_ns = now

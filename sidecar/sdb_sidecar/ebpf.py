@@ -361,6 +361,11 @@ class EbpfSymbolizer:
         self._governor.resumed(time.monotonic())
 
     @property
+    def attach_kind(self) -> str:
+        """How the creation probes are attached: `uprobe_multi` links, or bcc's `perf_event`s."""
+        return "uprobe_multi" if self._link_progs is not None else "perf_event"
+
+    @property
     def paused(self) -> bool:
         return self._paused
 
@@ -553,7 +558,7 @@ class EbpfSymbolizer:
             pauses = len(self.pauses)
         return {"object": o.path, "probes": [p.symbol for p in o.creators],
                 "mover": o.mover.symbol if o.mover else None, "not_probeable": list(o.missing),
-                "attach": "uprobe_multi" if self._link_progs is not None else "perf_event",
+                "attach": self.attach_kind,
                 "attached_ns": self.attached_ns,
                 "events": dict(self.counts), "lost": self.lost, "max_rate": self.max_rate,
                 "pauses": pauses, "paused_s": round(paused_ns / 1e9, 3)}

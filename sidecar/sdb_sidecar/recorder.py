@@ -173,7 +173,7 @@ class Drainer:
         w = self.writer
         if self.ebpf is not None and not self.ebpf_announced:
             self.ebpf_announced = True
-            w.ebpf_attached(self.ebpf.attached_ns, self.ebpf.summary()["attach"])
+            w.ebpf_attached(self.ebpf.attached_ns, self.ebpf.attach_kind)
         self.sync_ebpf()        # every ISeq the samples above show was born before this
         for ev in d["threads"]:
             if not ev["ended"]:
@@ -368,7 +368,7 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
     # sampling first; eBPF is compiled and attached beside it
     starter = EbpfStarter(target, sampler, drainer, ebpf_max_rate) if ebpf else None
     symbolizer = kernel_view = None
-    errors_seen = 0
+    errors_seen, maps_checked = 0, 0.0
     execd = False
     try:
         while thread.is_alive():
@@ -377,11 +377,12 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
             if not _alive(target.pid):
                 sampler.stop()
             st = sampler.stats()
-            if st["errors"] > errors_seen:
+            if st["errors"] > errors_seen and time.monotonic() - maps_checked >= DRAIN_MAX_S:
                 # reads failed outright: a thread ended mid-read, or the program exec'd another one
                 # (same pid, none of the memory the registry points into): its registry is no
-                # longer mapped then, and the recording ends
-                errors_seen = st["errors"]
+                # longer mapped then, and the recording ends. The maps of a large app take ~1 ms
+                # to read: asked at most every DRAIN_MAX_S, however often threads end mid-read.
+                errors_seen, maps_checked = st["errors"], time.monotonic()
                 if not execd and _alive(target.pid) and not maps_registry(target.pid, target.registry_ino):
                     execd = True
                     sampler.stop()
