@@ -5,14 +5,21 @@ require_relative "sdb_test_helper"
 class TestLayoutCheck < Minitest::Test
   include SdbTestHelper
 
+  # "patched": whether any of the methods sdb takes over (Thread#name=, Process._fork, exec) is no
+  # longer Ruby's own definition; "ancestors": Thread's, Kernel's and Process's (nothing prepended)
   PROBE = <<~RUBY
+    owned = -> { [Thread.instance_method(:name=), Process.method(:_fork).unbind, Kernel.instance_method(:exec),
+                  Kernel.method(:exec).unbind, Process.method(:exec).unbind] }
+    ancestors = -> { [Thread.ancestors, Kernel.ancestors, Process.singleton_class.ancestors].inspect }
+    before, before_ancestors = owned.call, ancestors.call
     require "sdb"
     h = Sdb.registry_path && SdbRegistryReader.read(Sdb.registry_path)
     t = Thread.new { 7 }
     puts JSON.dump("enabled" => Sdb.enabled?, "status" => h && h["status_name"],
                    "reason" => h && h["disabled_reason"], "layout" => h && h["layout_name"],
                    "live" => h && h["slots"].count { |s| s["live"] == 1 },
-                   "patched" => Thread.ancestors.include?(Sdb::ThreadPatch), "value" => t.value)
+                   "patched" => owned.call != before, "ancestors_kept" => ancestors.call == before_ancestors,
+                   "value" => t.value)
   RUBY
 
   def test_forced_unknown_layout_warns_once_and_is_disabled_with_the_file_kept
@@ -33,6 +40,8 @@ class TestLayoutCheck < Minitest::Test
     r = run_json(PROBE, "SDB_FORCE_LAYOUT" => RUBY_VERSION[/\A\d+\.\d+/])
     assert r["enabled"]
     assert_equal RUBY_VERSION[/\A\d+\.\d+/], r["layout"]
+    assert_equal true, r["patched"], "enabled: Thread#name=, Process._fork and exec are sdb's C functions"
+    assert_equal true, r["ancestors_kept"], "nothing is prepended"
   end
 
   def test_forced_layout_of_another_ruby_is_refused_cleanly

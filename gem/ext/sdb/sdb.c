@@ -20,7 +20,10 @@
 #ifdef HAVE_RUBY_THREAD_H
 #include <ruby/thread.h>
 #endif
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <pthread.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -40,9 +43,31 @@
 #define SDB_MAX_SLOTS 65536
 #define SDB_CHECK_FRAMES 2048
 #define SDB_PATH_CAP 1024
+#define SDB_STALE_SCAN_MAX 4096 /* directory entries looked at for stale registries, at most */
+
+/* Ruby >= 3.3 names the thread in its thread event hooks (event_data->thread): the EXITED hook
+ * finds the thread's slot by its rb_thread_t and M:N threads are followed. Before that (3.1, 3.2)
+ * a thread that ends by an exception or a kill is found dead by the next sweep, through its
+ * th->status byte, so its Thread object is kept (marked) until then. */
+#if defined(HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK) && \
+    (RUBY_API_VERSION_MAJOR > 3 || (RUBY_API_VERSION_MAJOR == 3 && RUBY_API_VERSION_MINOR >= 3))
+#define SDB_HOOK_NAMES_THREAD 1
+#else
+#define SDB_HOOK_NAMES_THREAD 0
+#endif
+#define SDB_THREAD_KILLED 3 /* enum rb_thread_status: RUNNABLE, STOPPED, STOPPED_FOREVER, KILLED */
 
 _Static_assert(sizeof(struct sdb_slot) == 128, "sdb_slot is 128 bytes");
 _Static_assert(sizeof(struct sdb_layout) % 8 == 0, "sdb_layout is 8-byte sized");
+
+typedef VALUE (*sdb_cfunc_t)(ANYARGS);
+
+/* A typed data object's pointer; 3.3+ may embed the data in the object (RUBY_TYPED_EMBEDDABLE) */
+#if RUBY_API_VERSION_MAJOR > 3 || (RUBY_API_VERSION_MAJOR == 3 && RUBY_API_VERSION_MINOR >= 3)
+#define SDB_TYPED_DATA(obj) RTYPEDDATA_GET_DATA(obj)
+#else
+#define SDB_TYPED_DATA(obj) RTYPEDDATA_DATA(obj)
+#endif
 
 static struct {
     int fd;
@@ -53,32 +78,43 @@ static struct {
     uint32_t slot_count;
     uint32_t *free_stack; /* free slot indices; top at free_top - 1 */
     uint32_t free_top;
-    uint8_t *used;        /* 1 while a slot is handed out (C's view) */
-    VALUE threads;        /* Array: slot index -> Thread (GC-marked) */
+    uint8_t *used;        /* 1 while a slot is handed out (C's view; read by the EXITED hook) */
+    uint32_t hiwater;     /* no slot at or above this index was ever handed out */
+    uint32_t dead_pending; /* slots the EXITED hook marked dead since the last sweep */
+    uint64_t registrations; /* bumped at every registration (the GVL hook's negative cache) */
+    VALUE threads;        /* Array: slot index -> Thread (GC-marked; before 3.3 only) */
     uint64_t next_serial;
     int warned_full;
     int enabled;
     int end_proc_set;
+    int hooked;           /* thread TracePoints, event hooks and the C methods are in place */
     pid_t pid;
     struct sdb_layout layout;
     char layout_name[16]; /* the row in use (a fork child publishes the same) */
     char path[64];
+    /* Ruby's own C functions of the methods whose entries sdb replaces by C functions of the same
+     * name, class and arity (no Ruby frame, no prepend): they are called first, unchanged. */
+    sdb_cfunc_t orig_name_set, orig_fork, orig_exec_kernel, orig_exec_kernel_s, orig_exec_process;
 } sdb = { .fd = -1 };
 
 static ID sdb_id_alive_p, sdb_id_name, sdb_id_warn, sdb_id_native_thread_id;
 
-#ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
-/* This native thread's own slot, set when the thread registers itself (or is
- * the current thread when adopted), so the GVL event hook finds its slot
- * with no search. The serial tells a slot since reused by another thread. */
+/* This native thread's slot, set when the thread registers (or is the current thread when
+ * adopted): the hooks find it with no search. The serial tells a slot since reused by another
+ * thread; thread_addr tells, on 3.3+, a native thread that now runs another Ruby thread (M:N). */
 static __thread struct sdb_slot *sdb_tls_slot;
 static __thread uint64_t sdb_tls_serial;
+static __thread uint64_t sdb_tls_thread;   /* rb_thread_t* this cache is about */
+#if SDB_HOOK_NAMES_THREAD
+static __thread uint64_t sdb_tls_regs;     /* sdb.registrations when a search found no slot */
+#endif
 
 static void
 sdb_tls_set(struct sdb_slot *s)
 {
     sdb_tls_slot = s;
     sdb_tls_serial = s ? s->serial : 0;
+    sdb_tls_thread = s ? s->thread_addr : 0;
 }
 
 /* fork: the child's only thread must not keep a pointer into the parent's mapping */
@@ -87,7 +123,6 @@ sdb_tls_atfork_child(void)
 {
     sdb_tls_set(NULL);
 }
-#endif
 
 /* ---------- small helpers ---------- */
 
@@ -166,11 +201,11 @@ sdb_slot_unlock(struct sdb_slot *s)
 /* ---------- the file ---------- */
 
 static uint64_t
-sdb_proc_start_ticks(void)
+sdb_proc_start_ticks_of(const char *stat_path)
 {
     char buf[1024];
     ssize_t n;
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    int fd = open(stat_path, O_RDONLY | O_CLOEXEC);
     char *p, *save = NULL;
     int field;
     if (fd < 0) return 0;
@@ -186,6 +221,62 @@ sdb_proc_start_ticks(void)
         if (field == 22) return strtoull(p, NULL, 10);
     }
     return 0;
+}
+
+static uint64_t
+sdb_proc_start_ticks(void)
+{
+    return sdb_proc_start_ticks_of("/proc/self/stat");
+}
+
+/* Registries of dead processes (exit!, SIGKILL, a crash leave theirs behind) of this user:
+ * removed. A file is stale when it is a regular file of ours with the registry magic whose pid is
+ * no process, or a process started at another time than the one that wrote it (the pid was
+ * reused); a live writer's file, another user's, or anything else is left alone. The file is
+ * first renamed aside and removed only if it is still the very file that was checked (a new
+ * process with that pid may have just made its own). At most SDB_STALE_SCAN_MAX entries. */
+static void
+sdb_remove_stale_registries(void)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    int seen = 0, dfd;
+    uid_t me = geteuid();
+    if (!d) return;
+    dfd = dirfd(d);
+    while ((e = readdir(d)) != NULL && seen++ < SDB_STALE_SCAN_MAX) {
+        char *end, aside[96], stat_path[64];
+        long pid;
+        int fd;
+        struct stat st, st2;
+        struct sdb_header h;
+        if (strncmp(e->d_name, "sdb-", 4) != 0) continue;
+        errno = 0;
+        pid = strtol(e->d_name + 4, &end, 10);
+        if (errno || *end || pid <= 0 || pid > INT_MAX || pid == (long)getpid()) continue;
+        fd = openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0) continue;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != me || st.st_size < (off_t)sizeof(h) ||
+            pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) || memcmp(h.magic, SDB_REGISTRY_MAGIC, 8) != 0 ||
+            (long)h.pid != pid) {
+            close(fd);
+            continue;
+        }
+        close(fd);
+        if (kill((pid_t)pid, 0) == 0 || errno == EPERM) {
+            uint64_t ticks;
+            snprintf(stat_path, sizeof(stat_path), "/proc/%ld/stat", pid);
+            ticks = sdb_proc_start_ticks_of(stat_path);
+            if (!ticks || !h.proc_start_ticks || ticks == h.proc_start_ticks) continue; /* its writer lives */
+        }
+        snprintf(aside, sizeof(aside), ".sdb-stale-%d-%ld", (int)getpid(), pid);
+        if (renameat(dfd, e->d_name, dfd, aside) != 0) continue;
+        if (fstatat(dfd, aside, &st2, AT_SYMLINK_NOFOLLOW) == 0 && st2.st_ino == st.st_ino && st2.st_dev == st.st_dev)
+            unlinkat(dfd, aside, 0);
+        else
+            renameat2(dfd, aside, dfd, e->d_name, RENAME_NOREPLACE); /* not the file checked: put it back */
+    }
+    closedir(d);
 }
 
 static uint32_t
@@ -256,6 +347,8 @@ sdb_file_create(char *why, size_t cap)
     sdb.used = ZALLOC_N(uint8_t, count);
     for (i = 0; i < count; i++) sdb.free_stack[i] = count - 1 - i;
     sdb.free_top = count;
+    sdb.hiwater = 0;
+    sdb.dead_pending = 0;
     rb_ary_clear(sdb.threads);
 
     memcpy(sdb.hdr->magic, SDB_REGISTRY_MAGIC, 8);
@@ -568,8 +661,8 @@ sdb_check_classes(struct sdb_layout *L, VALUE mod)
         /* a built-in method marked leaf (attr 0x01) must read as such, a method of ours as none */
         int state = 0;
         VALUE iseqw = rb_protect(sdb_iseq_of, rb_ary_new_from_args(2, rb_cInteger, ID2SYM(rb_intern("-@"))), &state);
-        VALUE ours = state ? Qnil : rb_protect(sdb_iseq_of, rb_ary_new_from_args(2, rb_singleton_class(
-                          rb_const_get(mod, rb_intern("Internal"))), ID2SYM(rb_intern("wrap"))), &state);
+        VALUE ours = state ? Qnil : rb_protect(sdb_iseq_of, rb_ary_new_from_args(2, rb_singleton_class(mod),
+                                                ID2SYM(rb_intern("enabled?"))), &state);
         uint64_t body, attrs = 0, mine = 1, iseq;
         if (state) rb_set_errinfo(Qnil);
         /* an InstructionSequence's data is a pointer to the rb_iseq_t* (iseq.c iseqw_new) */
@@ -614,6 +707,7 @@ sdb_hook_gc(void)
 #endif
     if (tp) return;
     tp = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_GC_ENTER | RUBY_INTERNAL_EVENT_GC_EXIT, sdb_gc_event, NULL);
+    rb_obj_hide(tp); /* not one more TracePoint for ObjectSpace.each_object */
     rb_gc_register_mark_object(tp);
     rb_tracepoint_enable(tp);
 }
@@ -703,48 +797,79 @@ sdb_corrupt_for_tests(struct sdb_layout *L)
     else if (!strcmp(e, "cfp_size")) L->cfp_size += 8;
 }
 
-/* ---------- slots ---------- */
+/* ---------- slots ----------
+ * Handed out and taken back with the GVL held (free_stack, used, threads). The only other
+ * writers are the thread event hooks (Ruby >= 3.2), which run without the GVL: they store a
+ * thread's state word and mark an ended thread's slot dead (live = 0, dead_pending + 1); the
+ * next registration's sweep hands such slots back. */
+
+static uint64_t
+sdb_thread_ptr(VALUE thread)
+{
+    return (uint64_t)(uintptr_t)SDB_TYPED_DATA(thread);
+}
 
 static void
 sdb_slot_release(uint32_t idx)
 {
     struct sdb_slot *s = &sdb.slots[idx];
     if (!sdb.used[idx]) return;
+    if (s == sdb_tls_slot) sdb_tls_set(NULL);
     sdb_slot_lock(s);
     s->live = 0;
     s->state = SDB_STATE_UNKNOWN;
     sdb_slot_unlock(s);
-    sdb.used[idx] = 0;
+    __atomic_store_n(&sdb.used[idx], 0, __ATOMIC_RELEASE);
+#if !SDB_HOOK_NAMES_THREAD
     rb_ary_store(sdb.threads, idx, Qnil);
+#endif
     sdb.free_stack[sdb.free_top++] = idx;
 }
 
-/* Releases slots of dead threads: adopted ones (no ensure) and any slot
- * the thread-exit hook marked dead. */
+#if !SDB_HOOK_NAMES_THREAD
+/* Before 3.3: has the slot's thread ended (th->status KILLED)? Its Thread is kept in
+ * sdb.threads, so its rb_thread_t is still there to read. */
+static int
+sdb_slot_thread_dead(uint32_t idx)
+{
+    VALUE th = rb_ary_entry(sdb.threads, idx);
+    const struct sdb_layout *L = &sdb.layout;
+    if (NIL_P(th)) return 1;
+    if (L->thread_status != SDB_NA) {
+        uint8_t b = *((const uint8_t *)RTYPEDDATA_DATA(th) + L->thread_status);
+        return ((b >> L->thread_status_shift) & L->thread_status_mask) == SDB_THREAD_KILLED;
+    }
+    return !RTEST(rb_funcall(th, sdb_id_alive_p, 0));
+}
+#endif
+
+/* Hands back the slots of threads that ended: marked dead by the EXITED hook (3.3+), or, before
+ * 3.3, ended by an exception or a kill (no THREAD_END event then) or marked by the 3.2 hook. */
 static void
 sdb_sweep(void)
 {
-    uint32_t i;
-    long len = RARRAY_LEN(sdb.threads);
-    for (i = 0; i < sdb.slot_count && (long)i < len; i++) {
-        VALUE th;
+    uint32_t i, n = sdb.hiwater;
+#if SDB_HOOK_NAMES_THREAD
+    if (!__atomic_exchange_n(&sdb.dead_pending, 0, __ATOMIC_ACQ_REL)) return;
+#endif
+    for (i = 0; i < n; i++) {
         if (!sdb.used[i]) continue;
         if (!__atomic_load_n(&sdb.slots[i].live, __ATOMIC_ACQUIRE)) {
             sdb_slot_release(i);
             continue;
         }
-        if (!(sdb.slots[i].flags & SDB_SLOT_ADOPTED)) continue;
-        th = rb_ary_entry(sdb.threads, i);
-        if (NIL_P(th) || !RTEST(rb_funcall(th, sdb_id_alive_p, 0))) sdb_slot_release(i);
+#if !SDB_HOOK_NAMES_THREAD
+        if (sdb_slot_thread_dead(i)) sdb_slot_release(i);
+#endif
     }
 }
 
+/* With the GVL held. `name`: the thread's name (a String or nil). */
 static int
-sdb_slot_register(VALUE thread, uint32_t tid, uint32_t flags)
+sdb_slot_register(VALUE thread, uint32_t tid, VALUE name, uint32_t flags)
 {
     uint32_t idx;
     struct sdb_slot *s;
-    VALUE name;
     uint64_t th;
 
     if (!sdb.enabled) return -1;
@@ -760,11 +885,11 @@ sdb_slot_register(VALUE thread, uint32_t tid, uint32_t flags)
         }
         return -1;
     }
-    name = rb_funcall(thread, sdb_id_name, 0);
     idx = sdb.free_stack[--sdb.free_top];
-    sdb.used[idx] = 1;
+#if !SDB_HOOK_NAMES_THREAD
     rb_ary_store(sdb.threads, idx, thread);
-    th = (uint64_t)(uintptr_t)RTYPEDDATA_DATA(thread);
+#endif
+    th = sdb_thread_ptr(thread);
 
     s = &sdb.slots[idx];
     sdb_slot_lock(s);
@@ -785,58 +910,131 @@ sdb_slot_register(VALUE thread, uint32_t tid, uint32_t flags)
     else
         memset(s->name, 0, SDB_NAME_MAX);
     sdb_slot_unlock(s);
-#ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
+    __atomic_store_n(&sdb.used[idx], 1, __ATOMIC_RELEASE);
+    if (idx >= sdb.hiwater) __atomic_store_n(&sdb.hiwater, idx + 1, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&sdb.registrations, 1, __ATOMIC_RELEASE);
     if (thread == rb_thread_current()) sdb_tls_set(s);
-#endif
     return (int)idx;
 }
 
-
-#ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
-/* Runs on the exiting native thread, maybe without the GVL: plain
- * stores only. Marks that thread's slot dead; the next sweep frees it. */
-static void
-sdb_thread_exited(rb_event_flag_t event, const rb_internal_thread_event_data_t *data, void *arg)
+/* The slot registered for rb_thread_t* `th`, or NULL. Any thread, GVL or not: loads only. */
+static struct sdb_slot *
+sdb_slot_of(uint64_t th)
 {
-    uint32_t tid = sdb_gettid(), i;
     struct sdb_slot *slots = sdb.slots;
-    (void)event; (void)data; (void)arg;
-    if (!slots || !sdb.enabled) return;
-    for (i = 0; i < sdb.slot_count; i++) {
+    uint32_t i, n = __atomic_load_n(&sdb.hiwater, __ATOMIC_ACQUIRE);
+    if (!slots || !th) return NULL;
+    if (sdb_tls_slot && sdb_tls_thread == th && __atomic_load_n(&sdb_tls_slot->serial, __ATOMIC_RELAXED) == sdb_tls_serial)
+        return sdb_tls_slot;
+    for (i = 0; i < n; i++) {
         struct sdb_slot *s = &slots[i];
-        uint64_t g;
-        if (__atomic_load_n(&s->native_tid, __ATOMIC_RELAXED) != tid ||
-            !__atomic_load_n(&s->live, __ATOMIC_RELAXED))
-            continue;
-        g = __atomic_load_n(&s->gen, __ATOMIC_ACQUIRE);
-        if ((g & 1) || !__atomic_compare_exchange_n(&s->gen, &g, g + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-            continue; /* the GVL side is writing it: the sweep will see the thread dead */
-        __atomic_thread_fence(__ATOMIC_RELEASE);
-        if (s->native_tid == tid) s->live = 0;
-        __atomic_thread_fence(__ATOMIC_RELEASE);
-        __atomic_store_n(&s->gen, g + 2, __ATOMIC_RELEASE);
-        __atomic_fetch_add(&sdb.hdr->gen, 1, __ATOMIC_RELEASE);
+        if (__atomic_load_n(&sdb.used[i], __ATOMIC_ACQUIRE) && __atomic_load_n(&s->live, __ATOMIC_ACQUIRE) &&
+            __atomic_load_n(&s->thread_addr, __ATOMIC_RELAXED) == th)
+            return s;
     }
+    return NULL;
 }
+
+/* ---------- thread lifecycle, from C: no Ruby frame, no patched Ruby method ----------
+ * A thread registers itself in Ruby's RUBY_EVENT_THREAD_BEGIN event (a C event hook of the
+ * main Ractor: Ruby calls it on the new thread, with the GVL, before the thread's block runs;
+ * Thread.new, Thread.start, Thread.fork and rb_thread_create alike). Its slot goes back at its
+ * end: the EXITED thread hook (3.3+: every end) or RUBY_EVENT_THREAD_END (3.1: a block that
+ * returns; an exception or a kill is found by the next sweep). Event hooks are per Ractor:
+ * threads of other Ractors never reach these (they are left alone, unregistered). */
+static void
+sdb_thread_event_hook(rb_event_flag_t ev, VALUE data, VALUE self, ID mid, VALUE klass)
+{
+    VALUE th = rb_thread_current();
+    (void)data; (void)self; (void)mid; (void)klass;
+    if (!sdb.enabled) return;
+    if (ev & RUBY_EVENT_THREAD_BEGIN) {
+        /* Ruby keeps the native id; asking the kernel (gettid) costs a syscall, whose return is
+         * a point where the scheduler may switch to the thread that made this one. */
+        VALUE tid = rb_funcall(th, sdb_id_native_thread_id, 0);
+        sdb_slot_register(th, NIL_P(tid) ? sdb_gettid() : NUM2UINT(tid), rb_funcall(th, sdb_id_name, 0), 0);
+    }
+#if !SDB_HOOK_NAMES_THREAD
+    else if (ev & RUBY_EVENT_THREAD_END) {
+        struct sdb_slot *s = sdb_slot_of(sdb_thread_ptr(th));
+        if (s) sdb_slot_release((uint32_t)(s - sdb.slots));
+    }
 #endif
+}
 
 #ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
-/* Ruby >= 3.2 calls this at every GVL transition of every thread, often
- * without the GVL: one relaxed store of the thread's state into its own
- * slot, nothing that can block or allocate. READY = wants the GVL,
- * RESUMED = got it (runs Ruby), SUSPENDED = gave it up (sleep, IO, a lock,
- * a queue, or a switch: a READY follows at once then). */
+/* Without the GVL: marks a slot dead (seqlock write: the GVL side holds a slot's lock only for
+ * a few stores and never waits for us, so spinning ends). */
+static void
+sdb_slot_mark_dead(struct sdb_slot *s)
+{
+    uint64_t g;
+    for (;;) {
+        g = __atomic_load_n(&s->gen, __ATOMIC_ACQUIRE);
+        if (!(g & 1) && __atomic_compare_exchange_n(&s->gen, &g, g + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            break;
+        sched_yield();
+    }
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&s->live, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->state, SDB_STATE_UNKNOWN, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&s->gen, g + 2, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&sdb.hdr->gen, 1, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&sdb.dead_pending, 1, __ATOMIC_RELEASE);
+}
+
+/* Ruby >= 3.2 calls this at every GVL transition of every thread, mostly without the GVL, and
+ * at a thread's exit: loads and stores into the thread's own slot, nothing that can block or
+ * allocate. READY = wants the GVL, RESUMED = got it (runs Ruby), SUSPENDED = gave it up (sleep,
+ * IO, a lock, a queue, or a switch: a READY follows at once then), EXITED = ended. */
 static void
 sdb_thread_event(rb_event_flag_t event, const rb_internal_thread_event_data_t *data, void *arg)
 {
-    struct sdb_slot *s = sdb_tls_slot;
+    struct sdb_slot *s = NULL;
     uint32_t state;
+    (void)arg;
+    if (!sdb.slots || !__atomic_load_n(&sdb.enabled, __ATOMIC_RELAXED)) return;
+#if SDB_HOOK_NAMES_THREAD
+    {
+        uint64_t th = data && data->thread ? sdb_thread_ptr(data->thread) : 0;
+        if (sdb_tls_thread == th && !sdb_tls_slot &&
+            sdb_tls_regs == __atomic_load_n(&sdb.registrations, __ATOMIC_ACQUIRE))
+            return; /* a thread with no slot (another Ractor's), nothing registered since */
+        s = sdb_slot_of(th);
+        if (s) {
+            if (s != sdb_tls_slot) sdb_tls_set(s);
+        }
+        else {
+            sdb_tls_slot = NULL;
+            sdb_tls_thread = th;
+            sdb_tls_regs = __atomic_load_n(&sdb.registrations, __ATOMIC_ACQUIRE);
+            return;
+        }
+    }
     if (event & RUBY_INTERNAL_THREAD_EVENT_EXITED) {
+        sdb_slot_mark_dead(s);
         sdb_tls_set(NULL);
-        sdb_thread_exited(event, data, arg);
+        return;
+    }
+#else
+    /* 3.2: no thread in the event data; this native thread's cached slot, and at exit the
+     * slot whose tid is this native thread's */
+    (void)data;
+    s = sdb_tls_slot;
+    if (event & RUBY_INTERNAL_THREAD_EVENT_EXITED) {
+        uint32_t tid = sdb_gettid(), i, n = __atomic_load_n(&sdb.hiwater, __ATOMIC_ACQUIRE);
+        sdb_tls_set(NULL);
+        for (i = 0; i < n; i++) {
+            struct sdb_slot *x = &sdb.slots[i];
+            if (__atomic_load_n(&sdb.used[i], __ATOMIC_ACQUIRE) && __atomic_load_n(&x->live, __ATOMIC_ACQUIRE) &&
+                __atomic_load_n(&x->native_tid, __ATOMIC_RELAXED) == tid)
+                sdb_slot_mark_dead(x);
+        }
         return;
     }
     if (!s || __atomic_load_n(&s->serial, __ATOMIC_RELAXED) != sdb_tls_serial) return;
+#endif
     /* only this thread writes its state word: a plain load and store suffice */
     state = __atomic_load_n(&s->state, __ATOMIC_RELAXED);
     if (event & RUBY_INTERNAL_THREAD_EVENT_RESUMED)   /* one more run: bump the count above the state */
@@ -849,9 +1047,237 @@ sdb_thread_event(rb_event_flag_t event, const rb_internal_thread_event_data_t *d
 }
 #endif
 
+/* Registers the threads alive at require (threads of this Ractor): released at their end as
+ * any thread is (their THREAD_END / EXITED events come, as for threads made later). */
+static void
+sdb_adopt_running_threads(void)
+{
+    VALUE list = rb_funcall(rb_cThread, rb_intern("list"), 0), main = rb_thread_main();
+    long i;
+    for (i = 0; i < RARRAY_LEN(list); i++) {
+        VALUE th = RARRAY_AREF(list, i);
+        VALUE tid = rb_funcall(th, sdb_id_native_thread_id, 0);
+        if (NIL_P(tid)) continue; /* not started or already dead */
+        sdb_slot_register(th, NUM2UINT(tid), rb_funcall(th, sdb_id_name, 0),
+                          (th == main ? SDB_SLOT_MAIN : 0) | SDB_SLOT_ADOPTED);
+    }
+}
+
+/* Updates the name in the slot of rb_thread_t* th. With the GVL. */
+static void
+sdb_slot_rename(uint64_t th, VALUE name)
+{
+    uint32_t i;
+    if (!sdb.enabled) return;
+    for (i = 0; i < sdb.hiwater; i++) {
+        struct sdb_slot *s = &sdb.slots[i];
+        if (!sdb.used[i] || s->thread_addr != th) continue;
+        sdb_slot_lock(s);
+        if (RB_TYPE_P(name, T_STRING))
+            sdb_copy_cstr(s->name, SDB_NAME_MAX, RSTRING_PTR(name), RSTRING_LEN(name));
+        else
+            memset(s->name, 0, SDB_NAME_MAX);
+        sdb_slot_unlock(s);
+    }
+}
+
+/* In a fork child: drop the parent's registry (unmap, never unlink) and publish our own, with
+ * the forking thread as the main thread. NULL or a reason (in `why`). */
+static const char *
+sdb_after_fork_child(char *why, size_t cap)
+{
+    const char *reason;
+    int was_enabled = sdb.enabled;
+    if (!sdb.hdr) return NULL;
+    sdb.enabled = 0;
+    munmap(sdb.map, sdb.map_size);
+    if (sdb.fd >= 0) close(sdb.fd);
+    sdb.fd = -1;
+    sdb.map = NULL;
+    sdb.hdr = NULL;
+    sdb.slots = NULL;
+    sdb.path[0] = 0;
+    if (!was_enabled) return NULL;
+    if ((reason = sdb_file_create(why, cap)) != NULL) return reason;
+    /* the layout was checked in the parent: same Ruby, same memory */
+    sdb_copy_cstr(sdb.hdr->layout_name, sizeof(sdb.hdr->layout_name), sdb.layout_name, strlen(sdb.layout_name));
+    memcpy(&sdb.hdr->layout, &sdb.layout, sizeof(sdb.layout));
+    sdb.layout.global_symbols_addr = sdb_find_global_symbols(&sdb.layout);
+    sdb.hdr->layout.global_symbols_addr = sdb.layout.global_symbols_addr;
+    sdb.enabled = 1;
+    __atomic_store_n(&sdb.hdr->status, SDB_STATUS_ENABLED, __ATOMIC_RELEASE);
+    sdb_slot_register(rb_thread_current(), sdb_gettid(), rb_funcall(rb_thread_current(), sdb_id_name, 0),
+                      SDB_SLOT_MAIN | SDB_SLOT_ADOPTED);
+    return NULL;
+}
+
+/* exec keeps our pid and start ticks, so a file left behind would describe a process that is no
+ * longer Ruby: unlink it first. */
+static void
+sdb_before_exec(void)
+{
+    if (sdb.hdr && sdb.path[0] && getpid() == sdb.pid) unlink(sdb.path);
+}
+
+/* exec returned (raised): we are still this Ruby: publish the registry again under the same
+ * path, contents unchanged. */
+static void
+sdb_after_failed_exec(void)
+{
+    int fd;
+    void *map;
+    if (!sdb.hdr || !sdb.path[0] || getpid() != sdb.pid) return;
+    fd = open(sdb.path, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) return;
+    /* The new file gets the registry's bytes, then replaces the old mapping at the very same
+     * address (MAP_FIXED swaps it atomically): the GVL hooks of other threads hold pointers
+     * into it and must never see it unmapped. A hook store between the copy and the swap is
+     * lost (a thread state, renewed at its next GVL event). */
+    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)sdb.map_size) != 0 ||
+        pwrite(fd, sdb.map, sdb.map_size, 0) != (ssize_t)sdb.map_size ||
+        (map = mmap(sdb.map, sdb.map_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0)) == MAP_FAILED) {
+        close(fd);
+        unlink(sdb.path);
+        return;
+    }
+    close(sdb.fd);
+    sdb.fd = fd;
+}
+
+/* ---------- the methods sdb takes over: Thread#name=, Process._fork, exec ----------
+ * Each is replaced by a C function of the same name, class, visibility and arity that calls
+ * Ruby's own C function for it first: a C method pushes no Ruby frame and has Ruby's own label
+ * (`Thread#name=`, `Process._fork`, `Kernel#exec`); no module is prepended, so no core class
+ * gets an origin class (on 3.3 a prepended Kernel makes Ruby's profiling API say
+ * `Kernel.sleep`). Ruby's function is found through the method's entry: UnboundMethod data
+ * (struct METHOD, proc.c) holds the rb_method_entry_t*, whose definition (method.h) holds the
+ * cfunc {func, invoker, argc} at +8. Every fact is checked before use (an imemo_ment with this
+ * method's id and owner, a CFUNC definition of this arity), through fault-safe reads. */
+#define SDB_ME_CALLED_ID 24
+#define SDB_ME_OWNER 32
+#define SDB_ME_DEF 16
+#define SDB_DEF_CFUNC_FUNC 8
+#define SDB_DEF_CFUNC_ARGC 24
+
+static VALUE
+sdb_instance_method(VALUE args)
+{
+    return rb_funcall(RARRAY_AREF(args, 0), rb_intern("instance_method"), 1, RARRAY_AREF(args, 1));
+}
+
+static sdb_cfunc_t
+sdb_cfunc_of(VALUE owner, const char *name, int argc)
+{
+    ID id = rb_intern(name);
+    int state = 0, off;
+    VALUE um = rb_protect(sdb_instance_method, rb_ary_new_from_args(2, owner, ID2SYM(id)), &state);
+    uint64_t data;
+    if (state) {
+        rb_set_errinfo(Qnil);
+        return NULL;
+    }
+    if (!RB_TYPE_P(um, T_DATA) || !RTYPEDDATA_P(um)) return NULL;
+    data = (uint64_t)(uintptr_t)SDB_TYPED_DATA(um);
+    for (off = 16; off <= 40; off += 8) { /* me: +24 on 3.1 (recv, klass, iclass), +32 on 3.3+ (owner) */
+        uint64_t me, flags, called, mowner, def, func;
+        uint8_t type;
+        int32_t n;
+        if (sdb_read_u64(data + off, &me) || !me || (me & 7) || sdb_read_u64(me, &flags) ||
+            (flags & 0x1f) != 0x1a || ((flags >> 12) & 0xf) != 6)
+            continue;
+        if (sdb_read_u64(me + SDB_ME_CALLED_ID, &called) || called != (uint64_t)id ||
+            sdb_read_u64(me + SDB_ME_OWNER, &mowner) || mowner != (uint64_t)owner ||
+            sdb_read_u64(me + SDB_ME_DEF, &def) || !def || sdb_read(def, &type, 1) || (type & 0xf) != 1 ||
+            sdb_read(def + SDB_DEF_CFUNC_ARGC, &n, 4) || n != argc ||
+            sdb_read_u64(def + SDB_DEF_CFUNC_FUNC, &func) || !func)
+            continue;
+        RB_GC_GUARD(um);
+        return (sdb_cfunc_t)(uintptr_t)func;
+    }
+    return NULL;
+}
+
+static VALUE
+sdb_m_name_set(VALUE self, VALUE name)
+{
+    VALUE ret = sdb.orig_name_set(self, name); /* raises as Ruby does; returns the frozen name or nil */
+    sdb_slot_rename(sdb_thread_ptr(self), ret);
+    return ret;
+}
+
+static VALUE
+sdb_m_fork(VALUE self)
+{
+    VALUE pid = sdb.orig_fork(self);
+    if (pid == INT2FIX(0)) {
+        char why[256];
+        const char *reason = sdb_after_fork_child(why, sizeof(why));
+        if (reason) {
+            char msg[300];
+            snprintf(msg, sizeof(msg), "sdb: %s", reason);
+            sdb_warn(msg);
+        }
+    }
+    return pid;
+}
+
+struct sdb_exec_call {
+    sdb_cfunc_t func;
+    int argc;
+    const VALUE *argv;
+    VALUE self;
+};
+
+static VALUE
+sdb_exec_call(VALUE p)
+{
+    const struct sdb_exec_call *c = (const struct sdb_exec_call *)p;
+    return c->func(c->argc, c->argv, c->self);
+}
+
+static VALUE
+sdb_exec_with(sdb_cfunc_t func, int argc, const VALUE *argv, VALUE self)
+{
+    struct sdb_exec_call c = { func, argc, argv, self };
+    int state = 0;
+    VALUE ret;
+    sdb_before_exec();
+    ret = rb_protect(sdb_exec_call, (VALUE)&c, &state);
+    sdb_after_failed_exec(); /* exec came back (it raised): still this Ruby */
+    if (state) rb_jump_tag(state);
+    return ret;
+}
+
+static VALUE sdb_m_exec_kernel(int argc, VALUE *argv, VALUE self) { return sdb_exec_with(sdb.orig_exec_kernel, argc, argv, self); }
+static VALUE sdb_m_exec_kernel_s(int argc, VALUE *argv, VALUE self) { return sdb_exec_with(sdb.orig_exec_kernel_s, argc, argv, self); }
+static VALUE sdb_m_exec_process(int argc, VALUE *argv, VALUE self) { return sdb_exec_with(sdb.orig_exec_process, argc, argv, self); }
+
+/* Finds Ruby's functions, then (all found, or none replaced) puts ours in their place. NULL or
+ * the name of the method that was not found. */
+static const char *
+sdb_take_over_methods(void)
+{
+    VALUE kernel_s = rb_singleton_class(rb_mKernel), process_s = rb_singleton_class(rb_mProcess), verbose;
+    if (!(sdb.orig_name_set = sdb_cfunc_of(rb_cThread, "name=", 1))) return "Thread#name=";
+    if (!(sdb.orig_fork = sdb_cfunc_of(process_s, "_fork", 0))) return "Process._fork";
+    if (!(sdb.orig_exec_kernel = sdb_cfunc_of(rb_mKernel, "exec", -1))) return "Kernel#exec";
+    if (!(sdb.orig_exec_kernel_s = sdb_cfunc_of(kernel_s, "exec", -1))) return "Kernel.exec";
+    if (!(sdb.orig_exec_process = sdb_cfunc_of(process_s, "exec", -1))) return "Process.exec";
+    verbose = ruby_verbose; /* no "method redefined" warning under -w */
+    ruby_verbose = Qnil;
+    rb_define_method(rb_cThread, "name=", sdb_m_name_set, 1);
+    rb_define_singleton_method(rb_mProcess, "_fork", sdb_m_fork, 0);
+    rb_define_private_method(rb_mKernel, "exec", sdb_m_exec_kernel, -1);
+    rb_define_singleton_method(rb_mKernel, "exec", sdb_m_exec_kernel_s, -1);
+    rb_define_singleton_method(rb_mProcess, "exec", sdb_m_exec_process, -1);
+    ruby_verbose = verbose;
+    return NULL;
+}
+
 /* ---------- Ruby-visible (private) entry points ---------- */
 
-/* Sdb.__open -> nil, or a String: why sdb is disabled (to warn once). */
+/* Sdb.__open -> nil, or a String: why sdb is disabled (to warn once). Publishes the registry,
+ * checks the layout, adopts the threads alive now and installs the hooks. */
 static VALUE
 sdb_open(VALUE self)
 {
@@ -863,6 +1289,7 @@ sdb_open(VALUE self)
     (void)self;
 
     if (sdb.hdr) return Qnil; /* already open */
+    sdb_remove_stale_registries();
     if ((reason = sdb_file_create(why, sizeof(why))) != NULL) return rb_str_new_cstr(reason);
     if (!sdb.end_proc_set) {
         rb_set_end_proc(sdb_at_exit, Qnil);
@@ -901,159 +1328,34 @@ sdb_open(VALUE self)
         sdb_disable(msg);
         return rb_str_new_cstr(msg);
     }
+    if (!sdb.hooked && (reason = sdb_take_over_methods()) != NULL) {
+        snprintf(why, sizeof(why), "cannot find Ruby's own C function of %s in this Ruby %s; profiling disabled "
+                 "(report this with `ruby -v`)", reason, RSTRING_PTR(ver));
+        sdb_disable(why);
+        return rb_str_new_cstr(why);
+    }
     sdb.layout.global_symbols_addr = sdb_find_global_symbols(&sdb.layout);
     sdb_check_classes(&sdb.layout, self);
     memcpy(&sdb.hdr->layout, &sdb.layout, sizeof(sdb.layout));
     sdb_hook_gc();
     sdb.enabled = 1;
-    __atomic_store_n(&sdb.hdr->status, SDB_STATUS_ENABLED, __ATOMIC_RELEASE);
-#ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
-    {
-        static int hooked = 0;
-        if (!hooked) {
-            rb_internal_thread_add_event_hook(sdb_thread_event,
-                                              RUBY_INTERNAL_THREAD_EVENT_READY | RUBY_INTERNAL_THREAD_EVENT_RESUMED |
-                                              RUBY_INTERNAL_THREAD_EVENT_SUSPENDED | RUBY_INTERNAL_THREAD_EVENT_EXITED,
-                                              NULL);
-            pthread_atfork(NULL, NULL, sdb_tls_atfork_child);
-            hooked = 1;
-        }
-    }
+    sdb_adopt_running_threads();
+    if (!sdb.hooked) {
+        rb_event_flag_t events = RUBY_EVENT_THREAD_BEGIN;
+#if !SDB_HOOK_NAMES_THREAD
+        events |= RUBY_EVENT_THREAD_END;
 #endif
-    return Qnil;
-}
-
-/* Sdb.__register_current(flags) -> slot index or nil; from the thread itself. */
-static VALUE
-sdb_register_current(VALUE self, VALUE flags)
-{
-    /* Ruby keeps the native id; asking the kernel (gettid) would be a syscall, and its return a
-     * point where the scheduler switches to the thread that made this one: Thread.new got 30 %
-     * slower from that alone (benchmarks/cpu_micro.py). */
-    VALUE th = rb_thread_current(), tid = rb_funcall(th, sdb_id_native_thread_id, 0);
-    int idx = sdb_slot_register(th, NIL_P(tid) ? sdb_gettid() : NUM2UINT(tid), NUM2UINT(flags));
-    (void)self;
-    return idx < 0 ? Qnil : INT2FIX(idx);
-}
-
-/* Sdb.__adopt(thread, flags) -> slot index or nil; for a thread alive at require. */
-static VALUE
-sdb_adopt(VALUE self, VALUE thread, VALUE flags)
-{
-    VALUE tid = rb_funcall(thread, sdb_id_native_thread_id, 0);
-    int idx;
-    (void)self;
-    if (NIL_P(tid)) return Qnil; /* not started or already dead */
-    idx = sdb_slot_register(thread, NUM2UINT(tid), NUM2UINT(flags) | SDB_SLOT_ADOPTED);
-    return idx < 0 ? Qnil : INT2FIX(idx);
-}
-
-/* Sdb.__release(index, thread): frees the thread's slot (index is a hint). */
-static VALUE
-sdb_release(VALUE self, VALUE index, VALUE thread)
-{
-    long idx = NIL_P(index) ? -1 : NUM2LONG(index);
-    uint32_t i;
-    (void)self;
-    if (!sdb.enabled) return Qnil;
-    if (idx >= 0 && (uint32_t)idx < sdb.slot_count && sdb.used[idx] && rb_ary_entry(sdb.threads, idx) == thread) {
-        sdb_slot_release((uint32_t)idx);
+        rb_add_event_hook(sdb_thread_event_hook, events, Qnil);
+#ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
+        rb_internal_thread_add_event_hook(sdb_thread_event,
+                                          RUBY_INTERNAL_THREAD_EVENT_READY | RUBY_INTERNAL_THREAD_EVENT_RESUMED |
+                                          RUBY_INTERNAL_THREAD_EVENT_SUSPENDED | RUBY_INTERNAL_THREAD_EVENT_EXITED,
+                                          NULL);
+#endif
+        pthread_atfork(NULL, NULL, sdb_tls_atfork_child);
+        sdb.hooked = 1;
     }
-    else {
-        for (i = 0; i < sdb.slot_count; i++)
-            if (sdb.used[i] && rb_ary_entry(sdb.threads, i) == thread) sdb_slot_release(i);
-    }
-    sdb_sweep();
-    return Qnil;
-}
-
-/* Sdb.__rename(thread, name): updates the name in the thread's slot. */
-static VALUE
-sdb_rename(VALUE self, VALUE thread, VALUE name)
-{
-    uint64_t th = (uint64_t)(uintptr_t)RTYPEDDATA_DATA(thread);
-    uint32_t i;
-    (void)self;
-    if (!sdb.enabled) return Qnil;
-    for (i = 0; i < sdb.slot_count; i++) {
-        struct sdb_slot *s = &sdb.slots[i];
-        if (!sdb.used[i] || s->thread_addr != th) continue;
-        sdb_slot_lock(s);
-        if (RB_TYPE_P(name, T_STRING))
-            sdb_copy_cstr(s->name, SDB_NAME_MAX, RSTRING_PTR(name), RSTRING_LEN(name));
-        else
-            memset(s->name, 0, SDB_NAME_MAX);
-        sdb_slot_unlock(s);
-    }
-    return Qnil;
-}
-
-/* Sdb.__after_fork_child: in a fork child, drop the parent's registry
- * (unmap, never unlink) and publish our own, with the forking thread as
- * the main thread. Returns nil or a reason string. */
-static VALUE
-sdb_after_fork_child(VALUE self)
-{
-    char why[256];
-    const char *reason;
-    int was_enabled = sdb.enabled;
-    (void)self;
-    if (!sdb.hdr) return Qnil;
-    sdb.enabled = 0;
-    munmap(sdb.map, sdb.map_size);
-    if (sdb.fd >= 0) close(sdb.fd);
-    sdb.fd = -1;
-    sdb.map = NULL;
-    sdb.hdr = NULL;
-    sdb.slots = NULL;
-    sdb.path[0] = 0;
-    if (!was_enabled) return Qnil;
-    if ((reason = sdb_file_create(why, sizeof(why))) != NULL) return rb_str_new_cstr(reason);
-    /* the layout was checked in the parent: same Ruby, same memory */
-    sdb_copy_cstr(sdb.hdr->layout_name, sizeof(sdb.hdr->layout_name), sdb.layout_name, strlen(sdb.layout_name));
-    memcpy(&sdb.hdr->layout, &sdb.layout, sizeof(sdb.layout));
-    sdb.layout.global_symbols_addr = sdb_find_global_symbols(&sdb.layout);
-    sdb.hdr->layout.global_symbols_addr = sdb.layout.global_symbols_addr;
-    sdb.enabled = 1;
     __atomic_store_n(&sdb.hdr->status, SDB_STATUS_ENABLED, __ATOMIC_RELEASE);
-    sdb_slot_register(rb_thread_current(), sdb_gettid(), SDB_SLOT_MAIN | SDB_SLOT_ADOPTED);
-    return Qnil;
-}
-
-/* Sdb.__before_exec: exec keeps our pid and start ticks, so a file left
- * behind would describe a process that is no longer Ruby: unlink it. */
-static VALUE
-sdb_before_exec(VALUE self)
-{
-    (void)self;
-    if (sdb.hdr && sdb.path[0] && getpid() == sdb.pid) unlink(sdb.path);
-    return Qnil;
-}
-
-/* Sdb.__after_failed_exec: exec raised, we are still this Ruby: publish
- * the registry again under the same path, contents unchanged. */
-static VALUE
-sdb_after_failed_exec(VALUE self)
-{
-    int fd;
-    void *map;
-    (void)self;
-    if (!sdb.hdr || !sdb.path[0] || getpid() != sdb.pid) return Qnil;
-    fd = open(sdb.path, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) return Qnil;
-    /* The new file gets the registry's bytes, then replaces the old mapping at the very same
-     * address (MAP_FIXED swaps it atomically): the GVL hooks of other threads hold pointers
-     * into it and must never see it unmapped. A hook store between the copy and the swap is
-     * lost (a thread state, renewed at its next GVL event). */
-    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)sdb.map_size) != 0 ||
-        pwrite(fd, sdb.map, sdb.map_size, 0) != (ssize_t)sdb.map_size ||
-        (map = mmap(sdb.map, sdb.map_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0)) == MAP_FAILED) {
-        close(fd);
-        unlink(sdb.path);
-        return Qnil;
-    }
-    close(sdb.fd);
-    sdb.fd = fd;
     return Qnil;
 }
 
@@ -1076,26 +1378,17 @@ Init_sdb_ext(void)
 {
     VALUE mSdb = rb_define_module("Sdb");
     VALUE sing = rb_singleton_class(mSdb);
-    const char *priv[] = { "__open", "__register_current", "__adopt", "__release", "__rename",
-                           "__after_fork_child", "__before_exec", "__after_failed_exec",
-                           "__enabled?", "__registry_path" };
+    const char *priv[] = { "__open", "__enabled?", "__registry_path" };
     size_t i;
 
     sdb_id_alive_p = rb_intern("alive?");
     sdb_id_name = rb_intern("name");
     sdb_id_warn = rb_intern("warn");
     sdb_id_native_thread_id = rb_intern("native_thread_id");
-    sdb.threads = rb_ary_new();
+    sdb.threads = rb_obj_hide(rb_ary_new());
     rb_gc_register_mark_object(sdb.threads);
 
     rb_define_singleton_method(mSdb, "__open", sdb_open, 0);
-    rb_define_singleton_method(mSdb, "__register_current", sdb_register_current, 1);
-    rb_define_singleton_method(mSdb, "__adopt", sdb_adopt, 2);
-    rb_define_singleton_method(mSdb, "__release", sdb_release, 2);
-    rb_define_singleton_method(mSdb, "__rename", sdb_rename, 2);
-    rb_define_singleton_method(mSdb, "__after_fork_child", sdb_after_fork_child, 0);
-    rb_define_singleton_method(mSdb, "__before_exec", sdb_before_exec, 0);
-    rb_define_singleton_method(mSdb, "__after_failed_exec", sdb_after_failed_exec, 0);
     rb_define_singleton_method(mSdb, "__enabled?", sdb_enabled_p, 0);
     rb_define_singleton_method(mSdb, "__registry_path", sdb_registry_path, 0);
     for (i = 0; i < sizeof(priv) / sizeof(priv[0]); i++)

@@ -1,0 +1,41 @@
+# frozen_string_literal: true
+
+require_relative "sdb_test_helper"
+
+# Threads of non-main Ractors are left alone: Ruby's thread events of a Ractor reach only the
+# hooks of that Ractor, so sdb (hooked in the main Ractor) neither registers them nor runs any
+# Ruby code in them. They run exactly as without sdb.
+class TestRactor < Minitest::Test
+  include SdbTestHelper
+
+  RACTOR_PROGRAM = <<~RUBY
+    require "sdb" if ENV["WITH_SDB"]
+    Warning[:experimental] = false
+    take = ->(r) { r.respond_to?(:value) ? r.value : r.take }
+    # one Ractor at a time: several Ractors starting threads at once hang Ruby 3.3/3.4 themselves here
+    values = 3.times.map { |i| take.call(Ractor.new(i) { |n| Thread.new { Thread.new { n * 2 }.value + 1 }.value }) }
+    parked = Ractor.new { t = Thread.new { Ractor.receive }; Ractor.yield(:parked); t.value }
+    take.call(parked)
+    live = defined?(Sdb) ? SdbRegistryReader.live_slots(Sdb.registry_path).map { |s| s["flags"] } : nil
+    parked.send(:done)
+    puts JSON.dump("values" => values, "parked" => take.call(parked).to_s, "main" => Thread.new { :ok }.value.to_s,
+                   "live" => live, "enabled" => defined?(Sdb) ? Sdb.enabled? : nil)
+  RUBY
+
+  def test_threads_started_inside_ractors_run_as_without_sdb_and_are_not_registered
+    plain_out, plain_err, plain_status = run_ruby(RACTOR_PROGRAM)
+    out, err, status = run_ruby(RACTOR_PROGRAM, "WITH_SDB" => "1")
+    assert plain_status.success?, plain_err
+    assert status.success?, "with sdb: #{status.inspect}\n#{err}"
+    assert_equal plain_err, err
+    r, plain = JSON.parse(out), JSON.parse(plain_out)
+    assert_equal [1, 3, 5], r["values"]
+    assert_equal plain["values"], r["values"]
+    assert_equal "done", r["parked"]
+    assert_equal "ok", r["main"]
+    assert_equal true, r["enabled"]
+    # a non-main Ractor's thread was alive and parked: only the main thread has a slot
+    assert_equal [1 | 2], r["live"] # SDB_SLOT_MAIN | SDB_SLOT_ADOPTED
+  end
+end
+
