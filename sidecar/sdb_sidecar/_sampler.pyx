@@ -200,6 +200,7 @@ cdef enum:
     STATE_RUNNING = 1
     STATE_GVL_WAIT = 2
     STATE_BLOCKED = 3
+    STATE_ENDED = 0xfe      # the sidecar's own (never in a sample): Ruby 3.1's th->status is KILLED
 
 cdef enum:
     AREA_RAW = 0
@@ -241,6 +242,7 @@ cdef enum:
     R_OK = 0
     R_TORN = 1      # a check failed: retry, then count as torn
     R_GONE = 2      # the thread left (or its slot changed) during the read
+    R_ENDED = 3     # Ruby 3.1: th->status says the thread ended (KILLED); its slot is still live
     R_FATAL = 4     # the target is gone or unreadable: stop
 
 
@@ -383,6 +385,7 @@ cdef struct SlotCache:
     uint32_t idle_valid     #   an idle thread (blocked / waiting for the GVL): 1
     uint64_t kstate_ns      # when it was read
     uint64_t serial
+    uint64_t ended_serial   # 3.1: the serial whose thread th->status showed ended (slot not yet freed)
     uint64_t gen
     uint64_t ec             # last ec seen: speculation only, always re-checked
     uint64_t cfp            # its cfp, VM stack and the stack's end as last read (speculation only)
@@ -1108,6 +1111,11 @@ cdef class Sampler:
                 job.ec = u64_at(job.th, self.L.thread_ec - self.th_lo)
                 job.state = self.state_from_status(job)
                 job.from_status = 1
+                if job.state == STATE_ENDED:
+                    # Ruby 3.1 sends no event when a thread ends by an exception or a kill, so the
+                    # gem frees its slot only at the next registration: the VM's status says it now
+                    job.result = R_ENDED
+                    continue
                 if job.state == STATE_RUNNING:
                     runnable += 1
             if job.ec == 0:
@@ -1766,6 +1774,8 @@ cdef class Sampler:
             & self.L.thread_status_mask
         if st == 1 or st == 2:
             return STATE_BLOCKED
+        if st == 3:
+            return STATE_ENDED                  # THREAD_KILLED: it ended (any way: return, raise, kill)
         return STATE_RUNNING if st == 0 else STATE_UNKNOWN      # runnable: refined by the kernel view
 
     cdef int kernel_state(self, SlotCache *c, uint32_t tid) noexcept nogil:
@@ -1812,6 +1822,8 @@ cdef class Sampler:
                 break
         else:
             return 0                        # being written right now: next tick
+        if copy.live and copy.serial == c.ended_serial:
+            return 0                        # ended (th->status), its slot not yet handed back
         if not copy.live:
             if c.serial != 0:
                 self.thread_event(NULL, 1, c.serial, now)
@@ -1843,6 +1855,18 @@ cdef class Sampler:
         job.word = copy.state
         job.state = copy.state & 0xff
         return 1
+
+    cdef void end_by_status(self, Job *job, uint64_t now) noexcept nogil:
+        """The thread of a live slot has ended (Ruby 3.1's th->status): its thread_end now; the slot
+        is not read again until the gem hands it back (its next registration sweeps it)."""
+        cdef SlotCache *c = &self.cache[job.slot]
+        if c.serial != job.serial:
+            return
+        self.thread_event(NULL, 1, c.serial, now)
+        c.ended_serial = c.serial
+        c.serial = 0
+        c.has_prev = 0
+        self.close_stat(c)
 
     cdef int tick(self, uint64_t now) noexcept nogil:
         """Sample every registered thread once. Returns R_FATAL when the target is gone."""
@@ -1896,6 +1920,8 @@ cdef class Sampler:
                     ntorn += 1
                 elif self.jobs[i].result == R_GONE:
                     self.errors += 1
+                elif self.jobs[i].result == R_ENDED:
+                    self.end_by_status(&self.jobs[i], now)
                 elif self.jobs[i].result == R_FATAL:
                     rc = R_FATAL
             if ntorn and rc == R_OK:
@@ -1912,6 +1938,8 @@ cdef class Sampler:
                             self.torn += 1
                         elif self.jobs[i].result == R_GONE:
                             self.errors += 1
+                        elif self.jobs[i].result == R_ENDED:
+                            self.end_by_status(&self.jobs[i], now)
                         elif self.jobs[i].result == R_FATAL:
                             rc = R_FATAL
         if rc == R_OK:

@@ -14,6 +14,8 @@
 #   "ready"            every thread is registered and in its named method
 #   (reads "go" on stdin: the test has started recording)
 #   "ended"            2 s after go: doomed_thread killed and raising_thread dead
+#   (reads "spawn")
+#   "spawned"          one more thread has started (and registered)
 # Then the main thread parks until killed.
 $stdout.sync = true
 Thread.current.name = "eight_main"
@@ -126,4 +128,12 @@ rescue RuntimeError
   nil
 end
 puts "ended"
+# (reads "spawn") one more thread starts: on Ruby 3.1 its registration hands back the slots of
+# threads that ended by a kill or an exception (3.1 sends no event for those ends)
+line = $stdin.gets
+exit 1 unless line && line.strip == "spawn"
+spawned = Queue.new
+Thread.new { spawned << 1; sleep }
+spawned.pop
+puts "spawned"
 sleep
