@@ -102,11 +102,15 @@ static ID sdb_id_alive_p, sdb_id_name, sdb_id_warn, sdb_id_native_thread_id;
 /* This native thread's slot, set when the thread registers (or is the current thread when
  * adopted): the hooks find it with no search. The serial tells a slot since reused by another
  * thread; thread_addr tells, on 3.3+, a native thread that now runs another Ruby thread (M:N). */
-static __thread struct sdb_slot *sdb_tls_slot;
-static __thread uint64_t sdb_tls_serial;
-static __thread uint64_t sdb_tls_thread;   /* rb_thread_t* this cache is about */
+/* initial-exec: one %fs-relative load per access. The default model for a shared object calls
+ * __tls_get_addr at each access, and the thread hooks run several times per GVL hand-off (32
+ * bytes of static TLS: within the surplus glibc keeps for libraries loaded later). */
+#define SDB_TLS __thread __attribute__((tls_model("initial-exec")))
+static SDB_TLS struct sdb_slot *sdb_tls_slot;
+static SDB_TLS uint64_t sdb_tls_serial;
+static SDB_TLS uint64_t sdb_tls_thread;   /* rb_thread_t* this cache is about */
 #if SDB_HOOK_NAMES_THREAD
-static __thread uint64_t sdb_tls_regs;     /* sdb.registrations when a search found no slot */
+static SDB_TLS uint64_t sdb_tls_regs;     /* sdb.registrations when a search found no slot */
 #endif
 
 static void
