@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shlex
 import queue
+import shutil
 import signal
 import struct
 import subprocess
@@ -393,3 +394,16 @@ def record_program(tmp_dir: Path, program: str, duration_s: float = 1.0, rate_hz
     finally:
         target.cleanup()
     return out
+
+
+@pytest.fixture(scope="session")
+def golden_ext(tmp_path_factory):
+    """tests/support/golden (Ruby's own frame labels, for the golden and invisibility tests) compiled
+    for the Ruby under test: a directory for $LOAD_PATH."""
+    build = tmp_path_factory.mktemp("golden-ext")
+    for f in (REPO / "tests" / "support" / "golden").iterdir():
+        shutil.copy(f, build / f.name)
+    for cmd in ([SDB_RUBY, "extconf.rb"], ["make"]):
+        r = subprocess.run(cmd, cwd=build, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"building the golden extension: {cmd}: {r.stdout}\n{r.stderr}"
+    return str(build)

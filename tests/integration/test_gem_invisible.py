@@ -10,7 +10,6 @@ Runs on the Ruby under test (SDB_RUBY, SDB_RUBY_ARGS: with and without --yjit)."
 from __future__ import annotations
 
 import difflib
-import shutil
 import subprocess
 
 import pytest
@@ -19,17 +18,6 @@ from conftest import PROGRAMS, REPO, SDB_RUBY, SDB_RUBY_ARGS, ruby_env
 
 MODES = {"without sdb": ([], {}), "-rsdb": (["-rsdb"], {}), "require mid-program": ([], {"INVISIBLE_LATE_REQUIRE": "1"})}
 
-
-@pytest.fixture(scope="module")
-def golden_ext(tmp_path_factory):
-    """tests/support/golden compiled for the Ruby under test (a directory for $LOAD_PATH)."""
-    build = tmp_path_factory.mktemp("golden-ext")
-    for f in (REPO / "tests" / "support" / "golden").iterdir():
-        shutil.copy(f, build / f.name)
-    for cmd in ([SDB_RUBY, "extconf.rb"], ["make"]):
-        r = subprocess.run(cmd, cwd=build, capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, f"building the golden extension: {cmd}: {r.stdout}\n{r.stderr}"
-    return str(build)
 
 
 @pytest.fixture(scope="module")

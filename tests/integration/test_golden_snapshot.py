@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -33,17 +32,6 @@ PREFIX = re.compile(r"^((?:block|rescue|ensure)(?: \(\d+ levels\))? in )")
 PARKED = ["sleep", "queue", "mutex", "select", "zoo", "required"]
 MOVING = ["busy", "recursion"]
 
-
-@pytest.fixture(scope="session")
-def golden_ext(tmp_path_factory):
-    """tests/support/golden compiled for the Ruby under test (a directory for $LOAD_PATH)."""
-    build = tmp_path_factory.mktemp("golden-ext")
-    for f in (REPO / "tests" / "support" / "golden").iterdir():
-        shutil.copy(f, build / f.name)
-    for cmd in ([SDB_RUBY, "extconf.rb"], ["make"]):
-        r = subprocess.run(cmd, cwd=build, capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, f"building the golden extension: {cmd}: {r.stdout}\n{r.stderr}"
-    return str(build)
 
 
 @pytest.fixture(scope="module")
