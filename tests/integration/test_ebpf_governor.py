@@ -48,7 +48,7 @@ def test_burst_pauses_the_probes_and_slow_creation_is_probed_again(ruby_target, 
     # GIVEN a Ruby app recorded with eBPF at the default budget (5,000 ISeqs/s)
     target = ruby_target("eval_burst.rb")
     out = tmp_path / "trace.msgpack"
-    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "30", "-q")
+    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "600", "-q")
     # sampling starts at once; eBPF is compiled and attached beside it: these tests are about eBPF naming
     wait_for(lambda: ebpf_attached_so_far(out) or sidecar.poll() is not None, 120, what="eBPF attached")
     assert sidecar.poll() is None, sidecar.communicate()[1]
@@ -102,7 +102,7 @@ def test_taking_the_probes_out_never_puts_the_app_to_sleep(ruby_target, sidecar_
     # lock each hit takes, for an RCU grace period: the app slept 10-30 ms at every pause)
     target = ruby_target("eval_burst.rb")
     out = tmp_path / "trace.msgpack"
-    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "30", "-q",
+    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "600", "-q",
                               "--ebpf-max-rate", "200")
     # sampling starts at once; eBPF is compiled and attached beside it: these tests are about eBPF naming
     wait_for(lambda: ebpf_attached_so_far(out) or sidecar.poll() is not None, 120, what="eBPF attached")
