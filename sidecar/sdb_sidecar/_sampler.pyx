@@ -1378,11 +1378,12 @@ cdef class Sampler:
 
     cdef inline uint64_t check_me(self, uint64_t v, int can_be_svar) noexcept nogil:
         """Ruby's check_method_entry: v if it is a method entry, the svar's one, else 0."""
-        cdef uint64_t inner
+        cdef uint64_t inner, unused
         cdef uint32_t t = self.value_type(v, &inner)
         if t == IMEMO_MENT:
             return v
-        if t == IMEMO_SVAR and can_be_svar and self.value_type(inner, &inner) == IMEMO_MENT:
+        # (the inner value's own out-parameter is another variable: value_type zeroes it first)
+        if t == IMEMO_SVAR and can_be_svar and self.value_type(inner, &unused) == IMEMO_MENT:
             return inner
         return 0
 

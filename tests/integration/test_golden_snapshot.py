@@ -30,7 +30,7 @@ from sdb_symbolize.resolve import Resolver
 from sdb_trace import iter_samples, load_tables
 
 PREFIX = re.compile(r"^((?:block|rescue|ensure)(?: \(\d+ levels\))? in )")
-PARKED = ["sleep", "queue", "mutex", "select", "zoo", "required"]
+PARKED = ["sleep", "queue", "mutex", "select", "zoo", "required", "svar"]
 MOVING = ["busy", "recursion"]
 
 
@@ -134,6 +134,9 @@ def test_parked_labels_are_class_qualified(golden):
     assert any(re.fullmatch(r"#<Class:0x[0-9a-f]{16}>#anon_run", l) for l in zoo), zoo
     assert any(re.fullmatch(r"#<Object:0x[0-9a-f]{16}>\.solo", l) for l in zoo), zoo
     assert labels["required"][1:4] == ["<class:Required>", "<module:Zoo>", "<top (required)>"], labels["required"]
+    # a method that used $~ (its method entry inside an imemo_svar) and its block keep their class
+    assert labels["svar"][:4] == [kernel + "sleep", "block in Object#park_svar", "Array#each",
+                                  "Object#park_svar"], labels["svar"]
 
 
 @pytest.mark.parametrize("name", MOVING)
