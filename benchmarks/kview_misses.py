@@ -28,6 +28,8 @@ sys.path.insert(0, "/usr/lib/python3/dist-packages")   # Debian's bcc (python3-b
 
 from sdb_sidecar.kview import task_offsets  # noqa: E402
 
+CHURNERS = 3        # sidecars attaching and leaving at once, as in a test run
+
 PROGRAM = r"""
 BPF_ARRAY(seen, u64, 1);
 RAW_TRACEPOINT_PROBE(sched_switch)
@@ -52,7 +54,7 @@ def switch_ins(tid: int) -> int:
 def measure(seconds: float, churn: bool) -> tuple:
     from bcc import BPF
     spinner = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-c", "while True: pass"])
-    hogs = [subprocess.Popen(["taskset", "-c", "1", "sh", "-c", "while :; do :; done"]) for _ in range(2)]
+    hogs = [subprocess.Popen(["taskset", "-c", "1", "sh", "-c", "while :; do :; done"]) for _ in range(4)]
     sleeper = churner = None
     try:
         pid_off, _ = task_offsets()
@@ -61,9 +63,11 @@ def measure(seconds: float, churn: bool) -> tuple:
             sleeper = subprocess.Popen(["ruby", "-rsdb", "-e", "sleep"])
             time.sleep(1)
             churner = subprocess.Popen(
-                ["sh", "-c", f"while :; do {sys.executable} -m sdb_sidecar.cli attach --pid {sleeper.pid} "
-                             f"-o /tmp/kview_misses.msgpack --duration 2 -q >/dev/null 2>&1; done"],
-                env={**os.environ, "PYTHONPATH": os.path.join(REPO, "sidecar")})
+                ["sh", "-c", " & ".join(
+                    f"while :; do {sys.executable} -m sdb_sidecar.cli attach --pid {sleeper.pid} "
+                    f"-o /tmp/kview_misses{i}.msgpack --duration 2 -q >/dev/null 2>&1; done"
+                    for i in range(CHURNERS)) + "; wait"],
+                env={**os.environ, "PYTHONPATH": os.path.join(REPO, "sidecar")}, start_new_session=True)
             time.sleep(3)
         seen = bpf["seen"]
         k = ctypes.c_int(0)
@@ -74,7 +78,10 @@ def measure(seconds: float, churn: bool) -> tuple:
         s1 = seen[k].value
         return p1 - p0, s1 - s0
     finally:
-        for p in [churner, sleeper, spinner, *hogs]:
+        if churner is not None:
+            os.killpg(churner.pid, 9)
+            churner.wait()
+        for p in [sleeper, spinner, *hogs]:
             if p is not None:
                 p.kill()
                 p.wait()

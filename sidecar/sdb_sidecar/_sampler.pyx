@@ -1734,7 +1734,7 @@ cdef class Sampler:
             # is the thread's stack until its word changes
             # Only a thread the VM has blocked (sleep, IO, a lock, a queue): the view can miss a
             # switch (sched_switch runs no program for a moment while another program attaches to
-            # it or leaves it: measured, 1 in ~1,500 switch-ins while other sidecars came and went),
+            # it or leaves it: benchmarks/kview_misses.py),
             # and a runnable thread then runs Ruby with its word unchanged; a blocked one must first
             # set th->status RUNNABLE, which kv_confirm reads before each reuse.
             if (job.result == R_OK and job.state == STATE_BLOCKED
