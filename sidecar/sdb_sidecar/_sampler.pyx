@@ -313,6 +313,7 @@ cdef struct Job:            # one thread being read in this tick
     uint64_t thread_addr
     uint32_t state          # SDB_STATE_*: the gem's (Ruby >= 3.2), or worked out here (3.1)
     uint32_t from_status    # 1: state worked out here from th->status
+    uint32_t kv_cand        # 3.1: the kernel view says not switched since a blocked read (checked below)
     uint32_t word           # the slot's whole state word (state | runs << 8) as copied
     uint32_t tid
     uint64_t ec
@@ -1385,11 +1386,12 @@ cdef class Sampler:
 
     cdef inline uint64_t check_me(self, uint64_t v, int can_be_svar) noexcept nogil:
         """Ruby's check_method_entry: v if it is a method entry, the svar's one, else 0."""
-        cdef uint64_t inner
+        cdef uint64_t inner, unused
         cdef uint32_t t = self.value_type(v, &inner)
         if t == IMEMO_MENT:
             return v
-        if t == IMEMO_SVAR and can_be_svar and self.value_type(inner, &inner) == IMEMO_MENT:
+        # (the inner value's own out-parameter is another variable: value_type zeroes it first)
+        if t == IMEMO_SVAR and can_be_svar and self.value_type(inner, &unused) == IMEMO_MENT:
             return inner
         return 0
 
@@ -1694,8 +1696,10 @@ cdef class Sampler:
         return sdb_load_acquire_u64(&self.kv[tid & self.kv_mask])
 
     cdef int still_asleep(self, Job *job) noexcept nogil:
-        """3.1: 1 when the thread's last read was taken asleep and it has not been switched in since
-        (job.state is then that read's state). Otherwise prepares job for the checks of note_asleep."""
+        """3.1: 1 when the thread's last read was taken asleep and procfs says it has not been
+        switched in since (job.state is then that read's state); 2 when the kernel view says so (a
+        candidate: kv_confirm checks th->status first). Otherwise 0, and job is prepared for the
+        checks of note_asleep."""
         cdef SlotCache *c = &self.cache[job.slot]
         cdef uint64_t now_count
         job.switch_ins0 = 0
@@ -1708,12 +1712,11 @@ cdef class Sampler:
             # CPU since, whatever its state (blocked, waiting for the GVL, or preempted)
             if now_count & KV_UNKNOWN:
                 now_count = self.kv_settle(c, job.tid, now_count)
-            if c.asleep and now_count == c.kv_word:
-                job.state = c.asleep_state
-                return 1
-            c.asleep = 0
             job.kv0 = now_count
             job.kv_used = 1
+            if c.asleep and now_count == c.kv_word:
+                return 2        # a candidate: kv_confirm reads th->status before the stack is reused
+            c.asleep = 0
             return 0
         if not c.asleep and not c.was_idle:
             return 0                         # running last time: read it, no syscalls spent on it
@@ -1737,7 +1740,13 @@ cdef class Sampler:
         if job.kv_used:
             # off CPU (and known) before the read, and not put on a CPU until after it: the stack read
             # is the thread's stack until its word changes
-            if (job.result == R_OK and (job.kv0 & (KV_ON_CPU | KV_UNKNOWN)) == 0
+            # Only a thread the VM has blocked (sleep, IO, a lock, a queue): the view can miss a
+            # switch (sched_switch runs no program for a moment while another program attaches to
+            # it or leaves it: benchmarks/kview_misses.py),
+            # and a runnable thread then runs Ruby with its word unchanged; a blocked one must first
+            # set th->status RUNNABLE, which kv_confirm reads before each reuse.
+            if (job.result == R_OK and job.state == STATE_BLOCKED
+                    and (job.kv0 & (KV_ON_CPU | KV_UNKNOWN)) == 0
                     and sdb_load_acquire_u64(&self.kv[job.tid & self.kv_mask]) == job.kv0):
                 c.asleep = 1
                 c.asleep_state = job.state
@@ -1854,6 +1863,7 @@ cdef class Sampler:
         job.tid = copy.native_tid
         job.word = copy.state
         job.state = copy.state & 0xff
+        job.kv_cand = 0
         return 1
 
     cdef void end_by_status(self, Job *job, uint64_t now) noexcept nogil:
@@ -1868,12 +1878,49 @@ cdef class Sampler:
         c.has_prev = 0
         self.close_stat(c)
 
+    cdef int kv_confirm(self, uint32_t n, uint64_t now) noexcept nogil:
+        """3.1, the kernel view: jobs[:n] hold candidates (kv_cand), threads read blocked last time
+        whose word has not changed since. One batched read of their th->status and th->ec: a thread
+        still blocked, on the same ec, with its word still unchanged after that read, ran no Ruby
+        since (a blocked thread sets th->status RUNNABLE before it runs any): its last stack is
+        sampled again. The others are read in full. Returns the jobs left to read, or -1."""
+        cdef uint32_t j, m = 0
+        cdef Job *job
+        cdef SlotCache *c
+        cdef uint64_t word
+        for j in range(n):
+            job = &self.jobs[j]
+            if job.kv_cand:
+                job.result = R_OK
+                self.add_req(job.thread_addr + self.th_lo, self.th_len, AREA_JOB_TH, 0, j, R_GONE)
+        if self.run_reqs() != 0:
+            return -1
+        for j in range(n):
+            job = &self.jobs[j]
+            if job.kv_cand:
+                job.kv_cand = 0
+                c = &self.cache[job.slot]
+                word = sdb_load_acquire_u64(&self.kv[job.tid & self.kv_mask])
+                if (job.result == R_OK and self.state_from_status(job) == STATE_BLOCKED
+                        and u64_at(job.th, self.L.thread_ec - self.th_lo) == c.ec and word == c.kv_word):
+                    job.state = c.asleep_state
+                    if self.emit(job, c.prev_stack, now, now) != R_OK:
+                        return -1
+                    self.reused += 1
+                    continue
+                c.asleep = 0
+                job.result = R_OK
+            if m != j:
+                self.jobs[m] = self.jobs[j]
+            m += 1
+        return <int>m
+
     cdef int tick(self, uint64_t now) noexcept nogil:
         """Sample every registered thread once. Returns R_FATAL when the target is gone."""
         cdef bint wake
-        cdef uint32_t i, hwm, n = 0, ntorn = 0
+        cdef uint32_t i, hwm, n = 0, ntorn = 0, ncand = 0
         cdef uint64_t t0
-        cdef int rc
+        cdef int rc, k
         cdef const sdb_slot *s
         # slots ever used: the gem hands out low indices first
         hwm = self.hwm
@@ -1898,13 +1945,23 @@ cdef class Sampler:
                         pthread_mutex_unlock(&self.mu)
                         return R_FATAL
                     self.reused += 1
-                elif self.still_asleep(&self.jobs[n]):
-                    if self.emit(&self.jobs[n], self.cache[i].prev_stack, now, now) != R_OK:
-                        pthread_mutex_unlock(&self.mu)
-                        return R_FATAL
-                    self.reused += 1
                 else:
-                    n += 1
+                    k = self.still_asleep(&self.jobs[n])
+                    if k == 1:
+                        if self.emit(&self.jobs[n], self.cache[i].prev_stack, now, now) != R_OK:
+                            pthread_mutex_unlock(&self.mu)
+                            return R_FATAL
+                        self.reused += 1
+                    else:
+                        self.jobs[n].kv_cand = k == 2
+                        ncand += k == 2
+                        n += 1
+        if ncand:
+            rc = self.kv_confirm(n, now)
+            if rc < 0:
+                pthread_mutex_unlock(&self.mu)
+                return R_FATAL
+            n = <uint32_t>rc
         rc = R_OK
         if n and self.read_jobs(0, n) != 0:
             rc = R_FATAL

@@ -9,7 +9,7 @@ import errno
 import os
 import sys
 
-from sdb_trace import Corrupt, NewerVersion, TraceError, Truncated, load_tables
+from sdb_trace import LABEL_CONVENTIONS, LABELS_SDB, Corrupt, NewerVersion, TraceError, Truncated, load_tables
 from sdb_trace.output import open_output, printable
 
 from . import __version__
@@ -48,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only samples taken at most this long after the recording started")
     p.add_argument("--no-lines", dest="lines", action="store_false",
                    help="aggregate by function: frames without their line")
+    p.add_argument("--labels", choices=LABEL_CONVENTIONS, default=LABELS_SDB,
+                   help="frame labels: sdb's (`block in Foo#bar`, as Ruby 3.4's backtraces; the default) or "
+                        "exactly rb_profile_frame_full_label's (`Foo#bar` for a method's blocks, as stackprof "
+                        "and OpenTelemetry show them)")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress line on stderr (it shows only on a terminal, for long runs)")
     p.add_argument("--version", action="version", version=f"sdb {__version__}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from sdb_trace import (GC_LABEL, KIND_CFUNC, KIND_GC, KIND_OTHER, KIND_RUBY, KIND_TRUNCATED, Tables, full_label,
+from sdb_trace import (GC_LABEL, LABELS_SDB, KIND_CFUNC, KIND_GC, KIND_OTHER, KIND_RUBY, KIND_TRUNCATED, Tables, full_label,
                        method_fits, names_its_method, qualified_name)
 
 
@@ -29,8 +29,9 @@ class Frame:
 
 
 class Resolver:
-    def __init__(self, tables: Tables):
+    def __init__(self, tables: Tables, labels: str = LABELS_SDB):
         self.t = tables
+        self.labels = labels        # LABELS_SDB (`block in Foo#bar`) or LABELS_RUBY (`Foo#bar`)
         self._static: Dict[int, Optional[Tuple[Frame, ...]]] = {}
         self._frames_of: Optional[Dict[int, List[int]]] = None     # ISeq address -> its Ruby frames
         self._agreed: Dict[Tuple[int, int], Optional[dict]] = {}
@@ -84,9 +85,9 @@ class Resolver:
                 method = self.agreed_method(iseq, sym, t_ns) or method
             if sym.record.get("c_trace"):
                 # a built-in Ruby method Ruby's backtrace shows as a C method: at its caller
-                return Frame(full_label(KIND_RUBY, sym.record, method), caller.path if caller else None,
+                return Frame(full_label(KIND_RUBY, sym.record, method, self.labels), caller.path if caller else None,
                              caller.line if caller else 0, located_at_caller=True)
-            return Frame(full_label(KIND_RUBY, sym.record, method), sym.path,
+            return Frame(full_label(KIND_RUBY, sym.record, method, self.labels), sym.path,
                          self.t.frame_line[fid] or sym.first_line)
         if kind == KIND_CFUNC:
             # like Ruby's backtrace: a C function is located at its Ruby caller

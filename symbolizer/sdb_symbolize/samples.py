@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from typing import Dict, FrozenSet, Iterable, Optional, Tuple
 
-from sdb_trace import STATE_BLOCKED, STATE_NAMES, STATE_UNKNOWN, Tables, iter_samples
+from sdb_trace import LABELS_SDB, STATE_BLOCKED, STATE_NAMES, STATE_UNKNOWN, Tables, iter_samples
 
 from .resolve import Frame, Resolver, thread_label
 
@@ -62,8 +62,9 @@ class Options:
     """The shared filters, from the command line."""
 
     def __init__(self, threads: Iterable[str] = (), from_s: Optional[float] = None, to_s: Optional[float] = None,
-                 idle: bool = False, states: bool = False, lines: bool = True):
+                 idle: bool = False, states: bool = False, lines: bool = True, labels: str = LABELS_SDB):
         self.threads = list(threads or ())
+        self.labels = labels
         self.from_s = from_s
         self.to_s = to_s
         self.idle = idle
@@ -73,7 +74,8 @@ class Options:
     @classmethod
     def from_args(cls, args) -> "Options":
         return cls(getattr(args, "thread", None) or (), getattr(args, "from_s", None), getattr(args, "to_s", None),
-                   getattr(args, "idle", False), getattr(args, "states", False), getattr(args, "lines", True))
+                   getattr(args, "idle", False), getattr(args, "states", False), getattr(args, "lines", True),
+                   getattr(args, "labels", LABELS_SDB))
 
 
 class Progress:
@@ -121,7 +123,7 @@ class SamplePass:
         self.path = path
         self.t = tables
         self.o = options
-        self.resolver = Resolver(tables)
+        self.resolver = Resolver(tables, options.labels)
         self.threads: Dict[int, Thread] = {s: Thread(s, th) for s, th in tables.threads.items()}
         self.allowed = self._thread_filter()
         start = tables.header.get("start_mono_ns", 0)

@@ -569,7 +569,12 @@ def qualified_name(method: Optional[dict]) -> Optional[str]:
 _PREFIXED = (2, 4, 5)  # ISeq types block, rescue, ensure: `block in`, `rescue in`, `ensure in`
 
 
-def full_label(kind: int, iseq: Optional[dict], method: Optional[dict]) -> str:
+LABELS_SDB = "sdb"
+LABELS_RUBY = "ruby-profile-frames"
+LABEL_CONVENTIONS = (LABELS_SDB, LABELS_RUBY)
+
+
+def full_label(kind: int, iseq: Optional[dict], method: Optional[dict], labels: str = LABELS_SDB) -> str:
     """A frame's label as rb_profile_frame_full_label gives it (docs/trace-format.md, "Labels").
     iseq: the frame's `iseq` record (label, base_label); method: the frame's `method` record.
     - C function: its qualified name (`Integer#times`, `IO.select`).
@@ -577,7 +582,10 @@ def full_label(kind: int, iseq: Optional[dict], method: Optional[dict]) -> str:
       an `eval` inside the method too); a block, rescue or ensure ISeq keeps its label's prefix
       (`block in Foo#bar`, `block (2 levels) in Foo.bar`, `rescue in Foo#bar`).
     - any other Ruby frame (top level, class bodies, define_method, no method): the ISeq's label
-      (`<main>`, `<class:Foo>`, `block (2 levels) in <main>`, `<top (required)>`)."""
+      (`<main>`, `<class:Foo>`, `block (2 levels) in <main>`, `<top (required)>`).
+    labels=LABELS_RUBY: exactly rb_profile_frame_full_label's string, which for a block, rescue or
+    ensure frame of a method is the method's qualified name alone (`Foo#bar`: rb_profile_frames hands
+    such a frame its method's entry), as stackprof and OpenTelemetry profiles show it."""
     if kind == KIND_CFUNC:
         return qualified_name(method) or "(C function)"
     if kind == KIND_GC:
@@ -586,7 +594,7 @@ def full_label(kind: int, iseq: Optional[dict], method: Optional[dict]) -> str:
     base = (iseq or {}).get("base_label") or ""
     if method_fits(iseq, method):
         qualified = qualified_name(method)
-        if (iseq or {}).get("type") in _PREFIXED and base and label.endswith(base):
+        if labels == LABELS_SDB and (iseq or {}).get("type") in _PREFIXED and base and label.endswith(base):
             return label[:len(label) - len(base)] + qualified
         return qualified
     return label

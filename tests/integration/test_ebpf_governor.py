@@ -48,7 +48,7 @@ def test_burst_pauses_the_probes_and_slow_creation_is_probed_again(ruby_target, 
     # GIVEN a Ruby app recorded with eBPF at the default budget (5,000 ISeqs/s)
     target = ruby_target("eval_burst.rb")
     out = tmp_path / "trace.msgpack"
-    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "30", "-q")
+    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "600", "-q")
     # sampling starts at once; eBPF is compiled and attached beside it: these tests are about eBPF naming
     wait_for(lambda: ebpf_attached_so_far(out) or sidecar.poll() is not None, 120, what="eBPF attached")
     assert sidecar.poll() is None, sidecar.communicate()[1]
@@ -102,14 +102,20 @@ def test_taking_the_probes_out_never_puts_the_app_to_sleep(ruby_target, sidecar_
     # lock each hit takes, for an RCU grace period: the app slept 10-30 ms at every pause)
     target = ruby_target("eval_burst.rb")
     out = tmp_path / "trace.msgpack"
-    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "30", "-q",
+    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "600", "-q",
                               "--ebpf-max-rate", "200")
     # sampling starts at once; eBPF is compiled and attached beside it: these tests are about eBPF naming
     wait_for(lambda: ebpf_attached_so_far(out) or sidecar.poll() is not None, 120, what="eBPF attached")
     assert sidecar.poll() is None, sidecar.communicate()[1]
-    # WHEN it creates ISeqs without pause for 2.5 s (pauses at once, at +0.5 s and at +1.5 s)
-    target.send("burst 2.5\n")
-    burst = json.loads(target.wait_for_line("burst ", timeout=30)[6:])
+    # WHEN it creates ISeqs without pause until the probes were taken out three times (at once, and
+    # after each backoff: 0.5 s, then 1 s; counted from the trace, not timed: under load the
+    # probes take longer to come back)
+    stop = tmp_path / "stop"
+    target.send(f"burst_until {stop}\n")
+    wait_for(lambda: sum(r["t"] == "ebpf_pause" for r in pause_records(out)) >= 3, 120,
+             what="three pauses of the probes")
+    stop.touch()
+    burst = json.loads(target.wait_for_line("burst ", timeout=60)[6:])
     sidecar.send_signal(2)
     _, err = sidecar.communicate(timeout=30)
     assert sidecar.returncode == 0, err
@@ -117,10 +123,11 @@ def test_taking_the_probes_out_never_puts_the_app_to_sleep(ruby_target, sidecar_
     if ebpf.get("attach") != "uprobe_multi":
         pytest.skip("this kernel has no uprobe_multi links (Linux < 6.6): the probes are bcc's perf events, "
                     "whose removal still stalls the app")
-    # THEN the probes were taken out at least 3 times, and the app's thread slept less than 4 ms per
-    # pause in all (measured: 0.5-4.2 ms over 3 pauses, from the moments the kernel holds the app's
-    # memory map to write a breakpoint out, and the sidecar's remote reads of the ISeqs born during
-    # the pauses, which hold it too; 31-35 ms before the probes came out without a kernel wait)
+    # THEN the probes were taken out at least 3 times, and the app's thread slept less than 8 ms per
+    # pause on average (the old kernel wait: 10-30 ms at every pause). Measured now: 0.5-4.2 ms over
+    # 3 pauses on a quiet machine, 12.7 ms over 3 under a heavy load (tests, compiles and hogs on both
+    # cores): the kernel holds the app's memory map to write a breakpoint out, and so do the sidecar's
+    # remote reads of the ISeqs born during the pauses; a reader preempted there keeps the app waiting
     assert ebpf["pauses"] >= 3, ebpf
-    assert burst["slept_ns"] < 4_000_000 * ebpf["pauses"], \
+    assert burst["slept_ns"] < 8_000_000 * ebpf["pauses"], \
         f"the app slept {burst['slept_ns'] / 1e6:.1f} ms during {ebpf['pauses']} pauses"

@@ -48,7 +48,7 @@ def sampled_labels(trace) -> set:
 def start_recording(ruby_target, sidecar_process, tmp_path, program, *args, extra=()):
     target = ruby_target(program, *args)
     out = tmp_path / "trace.msgpack"
-    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "20", "-q",
+    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "600", "-q",
                               *extra)
     if "--no-ebpf" in extra:
         wait_for(lambda: samples_so_far(out) > 0 or sidecar.poll() is not None, 60, what="first samples")

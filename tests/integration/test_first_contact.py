@@ -54,10 +54,12 @@ def test_record_samples_a_one_second_program_from_its_start_every_frame_named(tm
     if attached:
         assert min(s[0] for s in ours) < attached[0], "the first sample waited for eBPF"
     # AND at least 90% of the ticks the sidecar made while it ran have a sample of it (ticks, not the
-    # asked rate: on a busy machine late ticks are skipped, and counted, by design)
+    # asked rate: on a busy machine late ticks are skipped, and counted, by design), from the moment
+    # the trace began (the header's time): how soon that is after the program's first line is a
+    # speed, measured in benchmarks/ (first_sample), not a timing this test could rely on under load
     elapsed = (trace.end["at_ns"] - trace.header["start_mono_ns"]) / 1e9
     ticks_per_s = trace.end["ticks"] / elapsed
-    expected = (end - start) / 1e9 * ticks_per_s
+    expected = (end - max(start, trace.header["start_mono_ns"])) / 1e9 * ticks_per_s
     assert len(ours) >= 0.9 * expected, (len(ours), expected, trace.end)
     # AND every frame of every sample taken while it ran is named (what it calls after its last line,
     # on its way out, may be gone before it can be read: the end record counts it)
@@ -94,7 +96,7 @@ def test_two_sidecars_on_two_processes_of_one_ruby_both_name_with_ebpf(tmp_path,
     # GIVEN two processes of the same Ruby, each recorded by its own sidecar at the same time
     targets = [ruby_target("eval_after_attach.rb") for _ in range(2)]
     outs = [tmp_path / f"t{i}.msgpack" for i in range(2)]
-    sidecars = [sidecar_process("attach", "--pid", str(t.pid), "-o", str(o), "--duration", "60", "-q")
+    sidecars = [sidecar_process("attach", "--pid", str(t.pid), "-o", str(o), "--duration", "600", "-q")
                 for t, o in zip(targets, outs)]
     # WHEN both have their eBPF symbolizer attached, and each process then defines and runs methods
     for o, s in zip(outs, sidecars):
@@ -129,4 +131,7 @@ def test_record_of_a_program_shorter_than_the_ebpf_compile_exits_cleanly(tmp_pat
     assert p.returncode == 0, p.stderr
     assert p.stderr == ""
     trace = read_trace(out)
-    assert trace.end is not None and trace.end["samples"] > 0
+    # (whether the sampler's first tick came before so short a program ended depends on the machine's
+    # load: once, under a heavy one, it did not; samples from the start: the one-second test above)
+    assert trace.end is not None and trace.end["reason"] == "target-exited", trace.end
+    assert trace.end["samples"] == len(trace.samples)

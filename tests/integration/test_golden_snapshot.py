@@ -24,12 +24,12 @@ import subprocess
 
 import pytest
 
-from conftest import PROGRAMS, REPO, SDB_RUBY, RubyTarget, ready_info, ruby_cmd, ruby_env, run_sidecar
+from conftest import PROGRAMS, REPO, SDB_RUBY, SYMBOLIZE, RubyTarget, ready_info, ruby_cmd, ruby_env, run_sidecar
 from sdb_symbolize.resolve import Resolver
 from sdb_trace import iter_samples, load_tables
 
 PREFIX = re.compile(r"^((?:block|rescue|ensure)(?: \(\d+ levels\))? in )")
-PARKED = ["sleep", "queue", "mutex", "select", "zoo", "required"]
+PARKED = ["sleep", "queue", "mutex", "select", "zoo", "required", "svar"]
 MOVING = ["busy", "recursion"]
 
 
@@ -123,6 +123,8 @@ EXPECTED_LABELS = {
             "Zoo::Box#via_eval", "Zoo::Box#evaluated", "Kernel#eval", "Zoo::Box#evaluated",
             "block in Zoo::Box#method_missing", "BasicObject#instance_eval", "Zoo::Box#method_missing",
             "block in <class:Box>", "Zoo::Box.build", "Zoo::Greeter#greet", "block in <main>"],
+    # a method that used $~ (its method entry inside an imemo_svar) and its block keep their class
+    "svar": ["Kernel#sleep", "block in Object#park_svar", "Array#each", "Object#park_svar", "block in <main>"],
 }
 
 
@@ -181,3 +183,23 @@ def test_recorded_trace_names_frames_as_the_snapshot(golden):
         # THEN the labels, paths and lines are the ones Ruby gives
         want = expected_frames(golden["truth"][name])
         assert got == want, diff(got, want)
+
+
+def test_ruby_profile_frames_labels_are_exactly_rubys_full_labels(golden):
+    # GIVEN the same recording, symbolized with --labels ruby-profile-frames
+    r = subprocess.run([*SYMBOLIZE, str(golden["trace"]), "--idle", "--labels", "ruby-profile-frames",
+                        "--format", "json", "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    first = {}
+    for line in r.stdout.splitlines():
+        s = json.loads(line)
+        first.setdefault(s["thread_name"], s["frames"])
+    # THEN each parked thread's labels, innermost first, are rb_profile_frame_full_label's strings as
+    # Ruby gave them (no block prefix kept for a method's blocks: `Zoo::Pair#pair_run`)
+    for name in PARKED:
+        want = [f["label"] for f in golden["truth"][name]["golden"]]
+        got = [f[0] for f in reversed(first[name])]
+        assert got == want, diff(got, want)
+    # AND the default stays sdb's: the block prefix is there
+    zoo = [f[0] for f in got_frames(golden["snap"], "zoo")]
+    assert "block (3 levels) in Zoo::Pair#pair_run" in zoo

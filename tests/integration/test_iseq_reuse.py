@@ -47,7 +47,7 @@ def record_churn(ruby_target, sidecar_process, tmp_path, *args, until_reused: st
     prefix; batches go on (up to MAX_BATCHES) until an address was sampled under two of those methods."""
     target = ruby_target("iseq_churn.rb", *args)
     out = tmp_path / "trace.msgpack"
-    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "60", "-q", *extra)
+    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "600", "-q", *extra)
     # sampling starts at once; eBPF is compiled and attached beside it: these tests are about eBPF naming
     wait_for(lambda: ebpf_attached_so_far(out) or sidecar.poll() is not None, 120, what="eBPF attached")
     assert sidecar.poll() is None, sidecar.communicate()[1]

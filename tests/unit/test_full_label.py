@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from sdb_trace import KIND_RUBY, METHOD_ISEQ, full_label
+from sdb_trace import KIND_RUBY, LABELS_RUBY, METHOD_ISEQ, full_label
 
 pytestmark = pytest.mark.once
 
@@ -30,3 +30,15 @@ def test_a_method_entry_of_another_method_never_lends_its_name():
 def test_an_eval_inside_a_method_keeps_the_method_name():
     # eval ISeqs carry no method name to check against: Ruby names them after the method
     assert full_label(KIND_RUBY, iseq("eval", "eval", 6), PRICE) == "Product#price"
+
+
+def test_ruby_profile_frames_labels_name_a_methods_blocks_after_the_method_alone():
+    # GIVEN --labels ruby-profile-frames THEN a method's block, rescue, ensure: the method's qualified
+    # name (rb_profile_frame_full_label's string); frames without a method keep their prefix
+    assert full_label(KIND_RUBY, iseq("block (2 levels) in price", "price", 2), PRICE, LABELS_RUBY) == \
+        "Product#price"
+    assert full_label(KIND_RUBY, iseq("rescue in price", "price", 4), PRICE, LABELS_RUBY) == "Product#price"
+    assert full_label(KIND_RUBY, iseq("block in <main>", "<main>", 2), None, LABELS_RUBY) == "block in <main>"
+    # AND another method's entry still never lends its name
+    assert full_label(KIND_RUBY, iseq("block in in_stock?", "in_stock?", 2), PRICE, LABELS_RUBY) == \
+        "block in in_stock?"
