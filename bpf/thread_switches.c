@@ -14,11 +14,12 @@
  *
  * Slot tid & (KV_SLOTS - 1) holds one 64-bit word: tid << 32 | switches << 2 | KV_UNKNOWN | KV_ON_CPU,
  * switches counting both ways (in and out). A program attached to sched_switch is not run for
- * every switch while another program attaches to the same tracepoint or leaves it (benchmarks/kview_misses.py:
- * 19 of 2,229 switch-ins missed while three other sidecars attached and left, none of 2,004 with
- * nothing else attaching; the kernel's own count, schedstat's, has them all): counting the switch out as well, a missed switch-in still changes the word when
- * the thread leaves the CPU, and the sampler reuses a stack only for a thread the VM has blocked,
- * after reading that it is still blocked (a woken thread sets th->status RUNNABLE before it runs Ruby).
+ * every switch while another program attaches to the same tracepoint or leaves it
+ * (benchmarks/kview_misses.py: 19 of 2,229 switch-ins missed while three other sidecars attached
+ * and left, none of 2,004 with nothing else attaching; schedstat's own count has them all). With
+ * the switch out counted as well, a missed switch-in still changes the word when the thread leaves
+ * the CPU; and the sampler reuses a stack only for a thread the VM has blocked, after reading that
+ * it still is (a woken thread sets th->status RUNNABLE before it runs Ruby).
  * The sidecar registers a thread it samples by storing tid << 32 | KV_UNKNOWN there (the thread may
  * be on a CPU already; its next switch, in or out, clears KV_UNKNOWN), unless another live thread
  * of the target holds the slot. The program updates a word only while it holds the switching

@@ -1708,8 +1708,8 @@ cdef class Sampler:
         if job.state != STATE_UNKNOWN or not self.th_len or not c.has_prev:
             return 0                         # Ruby >= 3.2 (the gem's run count does this), or no stack yet
         if self.kv_holds(c, job.tid, &now_count):
-            # the kernel view: a thread read while off CPU whose word is unchanged was not put on a
-            # CPU since, whatever its state (blocked, waiting for the GVL, or preempted)
+            # the kernel view: a thread read blocked and off CPU whose word is unchanged was not put
+            # on a CPU since, unless the view missed the switch: kv_confirm checks th->status
             if now_count & KV_UNKNOWN:
                 now_count = self.kv_settle(c, job.tid, now_count)
             job.kv0 = now_count
@@ -1739,12 +1739,11 @@ cdef class Sampler:
         c.asleep = 0
         if job.kv_used:
             # off CPU (and known) before the read, and not put on a CPU until after it: the stack read
-            # is the thread's stack until its word changes
-            # Only a thread the VM has blocked (sleep, IO, a lock, a queue): the view can miss a
-            # switch (sched_switch runs no program for a moment while another program attaches to
-            # it or leaves it: benchmarks/kview_misses.py),
-            # and a runnable thread then runs Ruby with its word unchanged; a blocked one must first
-            # set th->status RUNNABLE, which kv_confirm reads before each reuse.
+            # is the thread's stack until its word changes. Only for a thread the VM has blocked
+            # (sleep, IO, a lock, a queue): the view can miss a switch (no program runs on
+            # sched_switch for a moment while another attaches to it or leaves it:
+            # benchmarks/kview_misses.py), and a runnable thread then runs Ruby with its word
+            # unchanged; a blocked one first sets th->status RUNNABLE, which kv_confirm reads.
             if (job.result == R_OK and job.state == STATE_BLOCKED
                     and (job.kv0 & (KV_ON_CPU | KV_UNKNOWN)) == 0
                     and sdb_load_acquire_u64(&self.kv[job.tid & self.kv_mask]) == job.kv0):
@@ -1891,7 +1890,6 @@ cdef class Sampler:
         for j in range(n):
             job = &self.jobs[j]
             if job.kv_cand:
-                job.result = R_OK
                 self.add_req(job.thread_addr + self.th_lo, self.th_len, AREA_JOB_TH, 0, j, R_GONE)
         if self.run_reqs() != 0:
             return -1

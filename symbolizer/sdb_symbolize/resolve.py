@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from sdb_trace import (GC_LABEL, LABELS_SDB, KIND_CFUNC, KIND_GC, KIND_OTHER, KIND_RUBY, KIND_TRUNCATED, Tables, full_label,
-                       method_fits, names_its_method, qualified_name)
+from sdb_trace import (GC_LABEL, KIND_CFUNC, KIND_GC, KIND_OTHER, KIND_RUBY, KIND_TRUNCATED, LABELS_SDB, Tables,
+                       full_label, method_fits, names_its_method, qualified_name)
 
 
 class Frame:

@@ -60,9 +60,12 @@ def test_rails_overhead_sdb_profile_names_the_apps_code(quick_run):
     s = run_symbolize(str(trace), "--format", "collapsed", "-o", str(collapsed))
     assert s.returncode == 0, s.stderr
     text = collapsed.read_text()
-    # THEN the app's controllers and templates are in its stacks, named
-    assert "reports_controller.rb" in text and "show.html.erb" in text
-    assert "api_controller.rb" in text and "products" in text
+    # THEN the app's code where the requests spend their time is in its stacks, named: the report's
+    # template, the JSON API's and the order-writing controllers (each thousands of samples on a loaded
+    # machine). Not the report's controller action: it builds an array in ~0.1 ms a request, and a 6 s
+    # run under make test and two `yes` caught none of it (12 samples under three `yes` alone).
+    for where in ("views/reports/show.html.erb", "controllers/api_controller.rb", "controllers/orders_controller.rb"):
+        assert where in text, where
 
 
 def test_cpu_micro_runs_every_configuration(quick_run):

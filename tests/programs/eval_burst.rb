@@ -31,14 +31,15 @@ while (line = $stdin.gets)
   case cmd
   when "burst", "burst_until"
     # burst SECONDS, or burst_until PATH: until that file exists (looked for every 100 methods)
-    finish = now_ns + (Float(arg) * 1e9).to_i if cmd == "burst"
     born = []
+    done = if cmd == "burst"
+             finish = now_ns + (Float(arg) * 1e9).to_i
+             -> { now_ns >= finish }
+           else
+             -> { born.size % 100 == 0 && File.exist?(arg) }
+           end
     slept = asleep_ns
-    if finish
-      born << define("sdb_burst_#{born.size}") while now_ns < finish
-    else
-      born << define("sdb_burst_#{born.size}") until born.size % 100 == 0 && File.exist?(arg)
-    end
+    born << define("sdb_burst_#{born.size}") until done.call
     slept = asleep_ns - slept
     picked = (0...20).map { |k| born[(born.size - 1) * k / 19] }
     picked.each { |m| send(m["name"], 0.02) }
