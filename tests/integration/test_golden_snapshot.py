@@ -26,6 +26,7 @@ import subprocess
 import pytest
 
 from conftest import PROGRAMS, REPO, SDB_RUBY, SYMBOLIZE, RubyTarget, ready_info, ruby_cmd, ruby_env, run_sidecar
+from sdb_symbolize.reporters.json_lines import read_samples
 from sdb_symbolize.resolve import Resolver
 from sdb_trace import iter_samples, load_tables
 
@@ -180,8 +181,7 @@ def test_ruby_profile_frames_labels_are_exactly_rubys_full_labels(golden):
                         "--format", "json", "--no-progress"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     first = {}
-    for line in r.stdout.splitlines():
-        s = json.loads(line)
+    for s in read_samples(r.stdout.splitlines()):
         first.setdefault(s["thread_name"], s["frames"])
     # THEN each parked thread's labels, innermost first, are rb_profile_frame_full_label's strings as
     # Ruby gave them (no block prefix kept for a method's blocks: `Zoo::Pair#pair_run`)
