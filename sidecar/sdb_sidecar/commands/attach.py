@@ -117,13 +117,32 @@ def symbolize_command(trace: str, fmt: str) -> List[str]:
     return [*symbolize_argv(), trace, "--format", fmt, "-o", profile_path(trace, fmt)]
 
 
+def _start_cwd():
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
+# The directory the command was started in, taken at import (before any thread runs): bcc chdir()s
+# the whole process into the kernel's headers while it compiles the eBPF programs, beside the
+# sampling, so a relative path used then (the sdb-symbolize run at the end of a short recording:
+# "again.msgpack: no such file") must not depend on the process's current directory.
+START_CWD = _start_cwd()
+
+
 def finish_recording(args, counts: dict) -> int:
     """After attach/record: run sdb-symbolize (--format), or print the commands to run.
     Returns sdb-symbolize's exit code (0 when it was not run)."""
     if args.format:
         out = profile_path(args.output, args.format)
         cmd = [sys.executable, "-m", "sdb_symbolize.cli", args.output, "--format", args.format, "-o", out]
-        rc = subprocess.run(cmd, stdin=subprocess.DEVNULL).returncode
+        try:
+            rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, cwd=START_CWD).returncode
+        except OSError as e:    # could not even start it (fork or exec failed): say so, keep the trace
+            sys.stderr.write(f"sdb: cannot run sdb-symbolize ({e.strerror}); the trace is kept: {args.output}; "
+                             f"run: {' '.join(symbolize_command(args.output, args.format))}\n")
+            return 1
         if rc != 0:
             sys.stderr.write(f"sdb: sdb-symbolize failed (exit {rc}); the trace is kept: {args.output}\n")
         elif not args.quiet:
