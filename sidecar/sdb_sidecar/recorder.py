@@ -383,7 +383,7 @@ def record(target: Target, out_path: str, rate_hz: float, duration_s: float, qui
                 # longer mapped then, and the recording ends. The maps of a large app take ~1 ms
                 # to read: asked at most every DRAIN_MAX_S, however often threads end mid-read.
                 errors_seen, maps_checked = st["errors"], time.monotonic()
-                if not execd and _alive(target.pid) and not maps_registry(target.pid, target.registry_ino):
+                if not execd and execd_another(target.pid, target.registry_ino):
                     execd = True
                     sampler.stop()
             status.update(st)
@@ -498,18 +498,27 @@ def _pidfd(pid: int) -> int:
     return fd
 
 
-def maps_registry(pid: int, ino: int) -> bool:
-    """The process maps its registry file (inode `ino`): false once it exec'd another program (or
-    the maps cannot be read: then it is gone)."""
+def execd_another(pid: int, ino: int) -> bool:
+    """The process exec'd another program: its memory map, read whole, holds mappings but none of its
+    registry file (inode `ino`), and the process is not on its way out. A process that is exiting
+    (a signal, exit()) has its memory released before it becomes a zombie: its maps then read empty,
+    which is no exec. The kernel shows a process's map whole or not at all (the reader holds the
+    map), so a non-empty one without the registry is a new program's."""
     try:
         with open(f"/proc/{pid}/maps", "rb") as f:
-            for line in f:
-                parts = line.split(None, 5)
-                if len(parts) == 6 and parts[5].startswith(b"/dev/shm/sdb-") and int(parts[4]) == ino:
-                    return True
-    except (OSError, ValueError):
-        return False
-    return False
+            data = f.read()
+    except OSError:
+        return False                    # gone
+    if not data:
+        return False                    # exiting: no memory any more
+    for line in data.splitlines():
+        parts = line.split(None, 5)
+        try:
+            if len(parts) == 6 and parts[5].startswith(b"/dev/shm/sdb-") and int(parts[4]) == ino:
+                return False
+        except ValueError:
+            continue
+    return not _exiting(pid)
 
 
 PF_EXITING = 0x4     # include/linux/sched.h: the task is in exit (its memory map may already be gone)
