@@ -9,10 +9,11 @@ import errno
 import os
 import sys
 
-from sdb_trace import LABEL_CONVENTIONS, LABELS_SDB, Corrupt, NewerVersion, TraceError, Truncated, load_tables
+from sdb_trace import Corrupt, NewerVersion, TraceError, Truncated, load_tables
 from sdb_trace.output import open_output, printable
 
 from . import __version__
+from .labels import LABEL_CONVENTIONS, LABELS_SDB
 from .reporters import REPORTERS
 from .samples import FilterError, Options, Progress, SamplePass
 

@@ -10,8 +10,9 @@ import time
 from collections import Counter
 from typing import Dict, FrozenSet, Iterable, Optional, Tuple
 
-from sdb_trace import LABELS_SDB, STATE_BLOCKED, STATE_NAMES, STATE_UNKNOWN, Tables, iter_samples
+from sdb_trace import STATE_BLOCKED, STATE_NAMES, STATE_UNKNOWN, Tables, iter_samples
 
+from .labels import LABELS_SDB
 from .resolve import Frame, Resolver, thread_label
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from conftest import run_sidecar
 from sdb_symbolize.resolve import Resolver
-from sdb_trace import GC_LABEL, KIND_GC, iter_samples, load_tables
+from sdb_symbolize.labels import GC_LABEL
+from sdb_trace import KIND_GC, iter_samples, load_tables
 
 
 def record(ruby_target, tmp_path, mode: str):

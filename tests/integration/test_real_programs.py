@@ -19,7 +19,8 @@ import pytest
 
 from conftest import PROGRAMS, REPO, SDB_GEM_HOME, SDB_RUBY, SIDECAR, ruby_env
 from sdb_symbolize.resolve import Resolver
-from sdb_trace import LABELS_RUBY, iter_samples, load_tables
+from sdb_symbolize.labels import LABELS_RUBY
+from sdb_trace import iter_samples, load_tables
 
 # Debian's rubocop, asciidoctor and stackprof run on Debian's Ruby (3.1). Not in `make test`: on a busy
 # machine stackprof's own samples drift (its timer signals coalesce while the process waits for a CPU,
