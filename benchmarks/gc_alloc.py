@@ -9,7 +9,6 @@ the gem loaded, sdb-sidecar attached at 1 kHz. Ratio = wall time / the same roun
 The sdb run's trace gives the share of the workload's samples in GC."""
 from __future__ import annotations
 
-import os
 import tempfile
 
 import common

@@ -1,7 +1,7 @@
 """One look at every thread's stack, like jstack: innermost frame first.
 
-A few ticks of the recorder's own Sampler and Drainer, into memory (sdb_trace.MemoryTrace) instead of
-a file, and the frames named by sdb-symbolize's Resolver: a snapshot names a frame exactly as a
+A few ticks of a recording Session (session.py: the Sampler and Drainer of every recording), into
+memory (sdb_trace.MemoryTrace) instead of a file, and the frames named by sdb-symbolize's Resolver: a snapshot names a frame exactly as a
 recording of the same moment would."""
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from sdb_symbolize.resolve import Frame, Resolver
 from sdb_trace import MemoryTrace
 
 from . import _sampler
-from .recorder import Drainer
+from .options import DEFAULTS, Options
+from .session import Session
 from .target import Target, permission_error
 
 TICKS = 5  # a thread whose read is torn twice in one tick gets another tick
@@ -30,14 +31,13 @@ class FirstStacks(MemoryTrace):
             self.first.setdefault(serial, (sid, base + dt))
 
 
-def snapshot(target: Target, max_depth: int = 2048) -> dict:
-    sampler = _sampler.Sampler(target.registry, target.pid, 1000.0, max_depth)
-    trace = FirstStacks({"pid": target.pid, "ruby": target.info["ruby"], "rate_hz": 1000.0})
-    drainer = Drainer(target, sampler, trace)
+def snapshot(target: Target, opts: Options = DEFAULTS) -> dict:
+    sampler = _sampler.Sampler(target.registry, target.pid, opts.rate_hz, opts.max_depth)
+    trace = FirstStacks({"pid": target.pid, "ruby": target.info["ruby"], "rate_hz": opts.rate_hz})
+    session = Session(target, sampler, trace, opts)
     for _ in range(TICKS):
-        if not sampler.sample_once():
+        if not session.tick():
             raise permission_error(target.pid, OSError(sampler.fatal_errno, "read failed"))
-        drainer.drain()
         if {t["serial"] for t in target.registry.threads()} <= set(trace.first):
             break
     live = {t["serial"] for t in target.registry.threads()}
