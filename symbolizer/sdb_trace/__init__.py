@@ -14,6 +14,7 @@ from typing import IO, Callable, Dict, Iterator, List, Optional, Tuple
 
 import msgpack
 
+__version__ = "0.1.0"   # sdb's version, for every Python package (pyproject.toml reads it here); the gem's is gem/lib/sdb/version.rb
 MAGIC = "sdb-trace"
 VERSION = 1
 
