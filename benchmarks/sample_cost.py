@@ -80,7 +80,7 @@ def tight(sampler, meter, seconds) -> dict:
 
 def one(cfg, mode: str, depth: int, threads: int, rate: float, paced_s: float, tight_s: float) -> dict:
     from sdb_sidecar import _sampler
-    from sdb_sidecar.recorder import start_kernel_view, stop_kernel_view, threads_from
+    from sdb_sidecar.session import start_kernel_view, stop_kernel_view, threads_from
     from sdb_sidecar.target import open_target
     with common.ruby_target(cfg, "stacks.rb", threads, depth, mode) as p:
         t = open_target(p.pid)

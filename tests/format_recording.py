@@ -58,6 +58,8 @@ def per_thread(fmt: str, data: bytes, period_ns: int) -> Dict[str, int]:
     import gzip
     import json
     import re
+
+    from sdb_symbolize.reporters.json_lines import read_samples
     out: Dict[str, int] = {}
 
     def add(k, n):
@@ -94,8 +96,8 @@ def per_thread(fmt: str, data: bytes, period_ns: int) -> Dict[str, int]:
         m = re.match(rb"sdb summary: ([\d,]+) samples", data)
         add("*", int(m.group(1).replace(b",", b"")))
     elif fmt == "json":
-        for line in data.decode().splitlines():
-            add(json.loads(line)["thread"], 1)
+        for rec in read_samples(data.decode().splitlines()):
+            add(rec["thread"], 1)
     else:
         raise AssertionError(f"no reader for {fmt}")
     return out

@@ -2,6 +2,7 @@
 #   PROFILER  none (sdb not loaded) | sdb (require "sdb") | stackprof-wall | stackprof-cpu (1 ms, raw off)
 #   WORKLOAD  loop: 150 frames of recursion around a tight loop of SIZE iterations, repeated 20 times
 #             threads: SIZE times Thread.new { }.join
+#             alloc: SIZE times a 20-string Array kept in a ring of 20,000 (GC runs all the time)
 # Prints "ready <pid>", waits for a line on stdin, runs the workload once and prints
 # "result <wall seconds> <CPU seconds>" (around the workload only), then exits when stdin closes.
 profiler, workload, size, stackprof_out = ARGV
@@ -35,7 +36,16 @@ def threads_workload(count)
   count.times { Thread.new {}.join }
 end
 
-work = workload == "threads" ? -> { threads_workload(size) } : -> { loop_workload(size) }
+def alloc_workload(count)
+  keep = Array.new(20_000)
+  count.times { |i| keep[i % keep.size] = Array.new(20) { |k| "s#{k}" } }
+end
+
+work = case workload
+       when "threads" then -> { threads_workload(size) }
+       when "alloc" then -> { alloc_workload(size) }
+       else -> { loop_workload(size) }
+       end
 $stdout.puts "ready #{Process.pid}"
 $stdout.flush
 $stdin.gets

@@ -34,6 +34,25 @@ class TestRegistryHeader < Minitest::Test
     assert_equal "", r["disabled_reason"]
   end
 
+  # Ruby 3.1: the gem proves objspace->flags by disabling and enabling GC once at require (the
+  # sidecar's GC frame there); the app's own setting must come out as it went in
+  def test_require_leaves_the_apps_gc_setting_as_it_was
+    r = run_json(<<~RUBY)
+      before = GC.disable        # false: GC was enabled; now disabled, before the gem loads
+      require "sdb"
+      still_disabled = GC.enable # true if GC was still disabled
+      again = GC.enable          # false: enabled now
+      puts JSON.dump("before" => before, "still_disabled" => still_disabled, "again" => again,
+                     "enabled" => Sdb.enabled?)
+    RUBY
+    assert_equal({ "before" => false, "still_disabled" => true, "again" => false, "enabled" => true }, r)
+    r = run_json(<<~RUBY)
+      require "sdb"
+      puts JSON.dump("was_disabled" => GC.enable)
+    RUBY
+    assert_equal({ "was_disabled" => false }, r)
+  end
+
   def test_max_threads_env_sets_the_slot_count
     r = run_json(<<~RUBY, "SDB_MAX_THREADS" => "16")
       require "sdb"

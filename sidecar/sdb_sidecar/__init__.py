@@ -1,1 +1,1 @@
-__version__ = "0.1.0"
+from sdb_trace import __version__  # noqa: F401  (one version, written in sdb_trace)

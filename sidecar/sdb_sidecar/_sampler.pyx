@@ -131,12 +131,17 @@ cdef extern from "sdb_registry.h" nogil:
         uint16_t classext_attached_object
         uint16_t singleton_any_type
         uint16_t body_builtin_attrs
-        uint16_t reserved16[7]
+        uint16_t objspace_flags
+        uint16_t gc_during_bit
+        uint16_t gc_dont_gc_bit
+        uint16_t reserved16[4]
         uint64_t global_symbols_addr
         uint64_t id_classpath
         uint64_t id_tmp_classpath
         uint64_t id_attached
-        uint64_t reserved64[4]
+        uint64_t gc_flags_addr
+        uint64_t running_ec_addr
+        uint64_t reserved64[2]
     struct sdb_slot:
         uint64_t gen
         uint32_t live
@@ -211,6 +216,8 @@ cdef enum:
     AREA_JOB_TH = 5
     AREA_SPEC = 6
     AREA_WIN = 7            # phase 1's window of ep words (in eparena, like AREA_EP)
+    AREA_GC_FLAGS = 8       # the VM's objspace->flags word (3.1: GC seen from outside)
+    AREA_RUNNING_EC = 9     # the main ractor's running_ec (3.1: whose ec holds the GVL)
 
 cdef enum:
     KSTATE_REFRESH_NS = 20000000
@@ -588,6 +595,9 @@ cdef class Sampler:
     cdef TypeEnt *types                 # cref_or_me value -> imemo type (first sight: one read)
     cdef uint64_t type_cap, type_count
     cdef readonly uint64_t gc_samples   # samples taken while their thread was in GC
+    cdef uint32_t gc_flags_word          # 3.1: objspace->flags and running_ec as read with the
+    cdef uint64_t running_ec_word        #   stacks of this read_jobs call (gem: sdb_find_gc_words)
+    cdef uint32_t gc_words_read          #   how many of the two reads succeeded
     cdef Gathered g                      # outputs since the last drain
     cdef LeftRightMap named              # ISeqs the eBPF symbolizer named (None: no eBPF)
     cdef uint64_t *kv                    # 3.1: the kernel view (kview.py), NULL without it
@@ -992,6 +1002,10 @@ cdef class Sampler:
             return self.jobs[r.job].hdr
         if r.area == AREA_JOB_TH:
             return self.jobs[r.job].th
+        if r.area == AREA_GC_FLAGS:
+            return &self.gc_flags_word
+        if r.area == AREA_RUNNING_EC:
+            return &self.running_ec_word
         return &self.jobs[r.job].cfp2
 
     cdef int run_reqs(self) noexcept nogil:
@@ -1028,6 +1042,8 @@ cdef class Sampler:
                     self.jobs[self.reqs[i + k].job].win_ok = 1
                 elif self.reqs[i + k].area == AREA_JOB_CFP2:
                     self.jobs[self.reqs[i + k].job].cfp2_ok = 1
+                elif self.reqs[i + k].area == AREA_GC_FLAGS or self.reqs[i + k].area == AREA_RUNNING_EC:
+                    self.gc_words_read += 1
                 k += 1
             if k < cnt:                     # request i+k failed: skip it, go on after it
                 r = &self.reqs[i + k]
@@ -1055,7 +1071,14 @@ cdef class Sampler:
         cdef Cluster *cl
         cdef uint64_t lo_ns = sdb_now_ns()
         # 1. th->ec, and the header of the ec seen last time, and after it (so read later, as
-        #    phase 2 would) that ec's control frames from a few frames above its last cfp
+        #    phase 2 would) that ec's control frames from a few frames above its last cfp;
+        #    on 3.1, first, the VM's GC flags and running ec (who is collecting, see finish_job)
+        self.gc_words_read = 0
+        self.gc_flags_word = 0
+        self.running_ec_word = 0
+        if self.L.gc_flags_addr != 0 and self.L.running_ec_addr != 0 and n > 0:
+            self.add_req(self.L.gc_flags_addr, 4, AREA_GC_FLAGS, 0, first, R_OK)
+            self.add_req(self.L.running_ec_addr, 8, AREA_RUNNING_EC, 0, first, R_OK)
         for j in range(first, first + n):
             job = &self.jobs[j]
             job.lo_ns = lo_ns
@@ -1482,9 +1505,12 @@ cdef class Sampler:
 
         # classify and check, innermost first
         n_out = 0
-        if job.state == STATE_RUNNING and sdb_load_relaxed_u32(&self.reg.hdr.gc_active):
-            # the VM is in GC (the gem's GC_ENTER/GC_EXIT hook keeps this word) and this thread
-            # holds the GVL: it is the one collecting
+        if ((job.state == STATE_RUNNING and sdb_load_relaxed_u32(&self.reg.hdr.gc_active))
+                or (self.gc_words_read == 2 and job.ec == self.running_ec_word and job.state != STATE_BLOCKED
+                    and (self.gc_flags_word >> self.L.gc_during_bit) & 1)):
+            # the VM is in GC and this thread holds the GVL: it is the one collecting. 3.3+: the
+            # gem's GC_ENTER/GC_EXIT hook keeps the header's word. 3.1: objspace->flags.during_gc,
+            # read in this thread's read, and its ec is the one that last took the GVL
             f = &self.cur[0]
             f.kind = KIND_GC
             f.iseq = 0

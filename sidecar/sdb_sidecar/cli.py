@@ -10,7 +10,7 @@ from sdb_trace.output import printable
 
 from . import __version__
 from .commands import COMMANDS
-from .recorder import EbpfStarter
+from .session import EbpfStarter
 from .errors import Exit, SdbError
 
 

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.util
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -35,7 +37,18 @@ from typing import Deque, Dict, List, Optional, Tuple
 from . import _leftright, probes, uprobe_link
 from .wakeup import Wakeup
 
-BPF_SOURCE = Path(__file__).resolve().parent.parent.parent / "bpf" / "iseq_events.c"
+
+
+def bpf_source(name: str) -> str:
+    """The text of an eBPF program (bpf/NAME): shipped inside the package (sdb_sidecar/bpf/, as a
+    wheel installs it: pyproject.toml maps bpf/ there), or in the source tree beside it."""
+    here = Path(__file__).resolve().parent
+    for d in (here / "bpf", here.parent.parent / "bpf"):
+        if (d / name).is_file():
+            return (d / name).read_text()
+    raise EbpfUnavailable(f"the eBPF program {name} is missing from this installation ({here / 'bpf'})")
+
+
 NA = 0xFFFF
 EV_NEW, EV_MOVE = 1, 2
 F_TRUNCATED, F_UNREADABLE, F_NO_REALPATH, F_BASE_IS_LABEL, F_REALPATH_IS_PATH = 1, 2, 4, 8, 16
@@ -163,12 +176,31 @@ def bpf_cflags(layout: dict, pid: int) -> List[str]:
     return [f"-D{k}={int(v)}" for k, v in consts.items()]
 
 
+DISTRO_BCC = ("/usr/lib/python3/dist-packages/bcc", "/usr/lib/python3/site-packages/bcc")
+
+
 def _import_bcc():
+    """bcc's BPF class. bcc's Python module comes with the distribution's bcc (Debian: python3-bpfcc)
+    and lives outside any virtualenv: if it cannot be imported as it is, the distribution's copy is
+    loaded by its path, alone (the rest of the system's packages stay out of this process's path)."""
     try:
-        from bcc import BPF  # Debian's python3-bpfcc, reached from the venv by a .pth
+        from bcc import BPF
+        return BPF
     except ImportError:
-        raise EbpfUnavailable("the bcc Python module is not installed (Debian: python3-bpfcc)") from None
-    return BPF
+        pass
+    for d in DISTRO_BCC:
+        init = os.path.join(d, "__init__.py")
+        if os.path.isfile(init):
+            spec = importlib.util.spec_from_file_location("bcc", init, submodule_search_locations=[d])
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["bcc"] = module
+            try:
+                spec.loader.exec_module(module)
+                return module.BPF
+            except Exception as e:
+                sys.modules.pop("bcc", None)
+                raise EbpfUnavailable(f"bcc's Python module ({d}) does not load: {e}") from None
+    raise EbpfUnavailable("the bcc Python module is not installed (Debian: python3-bpfcc)")
 
 
 def check_available() -> None:
@@ -223,7 +255,7 @@ class EbpfSymbolizer:
         except probes.ProbeError as e:
             raise EbpfUnavailable(str(e)) from None
         creators = self.obj.creators
-        src = BPF_SOURCE.read_text()
+        src = bpf_source("iseq_events.c")
         # two entry points per probe: one for a uprobe_multi link (the programs are loaded for that
         # attach type), one for bcc's perf-event attach where the kernel has no such links
         entry = "".join(f"int iseq_created{kind}_{i}(struct pt_regs *ctx) {{ return iseq_created(ctx, {i}, "

@@ -18,9 +18,8 @@ import struct
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from .ebpf import EbpfUnavailable, _import_bcc, check_available
+from .ebpf import EbpfUnavailable, _import_bcc, bpf_source, check_available
 
-BPF_SOURCE = Path(__file__).resolve().parent.parent.parent / "bpf" / "thread_switches.c"
 BTF_PATH = "/sys/kernel/btf/vmlinux"
 KV_SLOTS = 1 << 16                 # slot = tid & (KV_SLOTS - 1); 8 bytes each: 512 KiB
 KV_ENTRY = 8
@@ -102,7 +101,7 @@ class KernelView:
         cflags = [f"-DTARGET_TGID={self.pid}", f"-DTASK_PID={pid_off}", f"-DTASK_TGID={tgid_off}",
                   f"-DKV_SLOTS={KV_SLOTS}"]
         try:
-            self._bpf = BPF(text=BPF_SOURCE.read_text(), cflags=cflags)   # attaches sched_switch
+            self._bpf = BPF(text=bpf_source("thread_switches.c"), cflags=cflags)   # attaches sched_switch
         except Exception as e:  # bcc raises a bare Exception for a failed compile, load or attach
             raise EbpfUnavailable(f"the kernel view did not load: {str(e).splitlines()[0] if str(e) else e}") \
                 from None

@@ -1,81 +1,58 @@
 """What `top` shows: samples from the recorder's own Sampler and Drainer, named as sdb-symbolize names
 them, counted over a moving window, and laid out as lines of text (the screen code only draws them).
 
-No trace file is written: `LiveProfile` is a TraceWriter whose records are applied to in-memory
-tables (sdb_trace.Tables, the same the symbolizer builds) instead of being written.
+No trace file is written: `LiveProfile` is an sdb_trace.MemoryTrace, whose records go into the same
+tables the symbolizer builds from a file, named by the same Resolver.
 """
 from __future__ import annotations
 
 import os
 from collections import Counter, deque
 from dataclasses import dataclass
-from typing import Deque, Dict, List, Optional, Tuple
+from typing import Deque, Dict, List, Tuple
 
-import msgpack
 
 from sdb_symbolize.resolve import Resolver
 import sdb_trace
 from sdb_trace.output import printable
-from sdb_trace import STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING, Tables, TraceWriter
+from sdb_trace import STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING, MemoryTrace
 
 
 BUCKET_NS = 250_000_000      # samples are counted in quarter-second buckets
 SORT_COLUMNS = ("%Own", "%Total", "OwnTime", "TotalTime")
 
 
-class LiveProfile(TraceWriter):
+class LiveProfile(MemoryTrace):
     """The Drainer's writer for `top`: keeps the tables and the last `window_s` seconds of samples."""
 
     def __init__(self, header: dict, window_s: float):
-        self.tables = Tables(header={})
-        self.resolver = Resolver(self.tables)
         self.window_ns = int(window_s * 1e9)
         self.buckets: Deque[Tuple[int, Counter]] = deque()   # (bucket index, (serial, stack, state) -> n)
         self.last_state: Dict[int, int] = {}                 # serial -> state of its latest sample
         self.live: Dict[int, dict] = {}                      # serial -> thread record, while alive
         self._keys: Dict[Tuple[int, bool], tuple] = {}
-        super().__init__(None, header)
+        super().__init__(header)
+        self.resolver = Resolver(self.tables)
 
-    # ------------------------------------------------------------ records in (TraceWriter)
+    # ------------------------------------------------------------ records in (MemoryTrace)
     def _write(self, rec: dict) -> None:
         t = rec["t"]
-        tb = self.tables
-        if t == "samples":
-            self._add_samples(rec)
-        elif t == "frames":
-            n = len(rec["kind"])
-            tb.frame_kind.extend(rec["kind"])
-            tb.frame_iseq.extend(rec["iseq"])
-            tb.frame_pc.extend(rec["pc"])
-            tb.frame_me.extend(rec["me"])
-            tb.frame_line.extend(rec.get("line") or [0] * n)
-        elif t == "stacks":
-            tb.stacks.extend(rec["stacks"])
-        elif t in sdb_trace.SYMBOL_RECORDS:
-            table, addr, sym = tb.symbol_of(rec)
-            syms = table.setdefault(addr, [])
-            if syms:
+        if t in sdb_trace.SYMBOL_RECORDS:
+            table, addr, _ = self.tables.symbol_of(rec)
+            if table.get(addr):
                 # a reused (or moved) address: the view shows what runs now, so the new name wins
-                syms.clear()
-                self.resolver = Resolver(tb)
+                # (and a long session keeps one name an address)
+                table[addr].clear()
+                self.resolver = Resolver(self.tables)
                 self._keys.clear()
-            syms.append(sym)
-        elif t == "thread":
-            tb.threads[rec["serial"]] = rec
+        super()._write(rec)
+        if t == "thread":
             self.live[rec["serial"]] = rec
         elif t == "thread_end":
             self.live.pop(rec["serial"], None)
             self.last_state.pop(rec["serial"], None)
-        elif t == "header":
-            tb.header = rec
 
-    def encoded(self, record: bytes) -> None:
-        self._write(msgpack.unpackb(record))
-
-    def flush(self) -> None:
-        pass
-
-    def _add_samples(self, rec: dict) -> None:
+    def on_samples(self, rec: dict) -> None:
         base = rec["base_ns"]
         counts = None
         current = -1

@@ -25,7 +25,7 @@ class Target:
     registry: "_sampler.Registry"
     info: dict
     command: list
-    registry_ino: int = 0       # the registry file's inode (recorder.maps_registry: did the app exec?)
+    registry_ino: int = 0       # the registry file's inode (process.execd_another: did the app exec?)
 
     @property
     def ruby(self) -> str:

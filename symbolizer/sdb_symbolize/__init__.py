@@ -1,2 +1,2 @@
 """sdb-symbolize: turn a raw trace into profiles people read."""
-__version__ = "0.1.0"
+from sdb_trace import __version__  # noqa: F401  (one version, written in sdb_trace)

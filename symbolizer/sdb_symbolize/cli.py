@@ -9,10 +9,11 @@ import errno
 import os
 import sys
 
-from sdb_trace import LABEL_CONVENTIONS, LABELS_SDB, Corrupt, NewerVersion, TraceError, Truncated, load_tables
+from sdb_trace import Corrupt, NewerVersion, TraceError, Truncated, load_tables
 from sdb_trace.output import open_output, printable
 
 from . import __version__
+from .labels import LABEL_CONVENTIONS, LABELS_SDB
 from .reporters import REPORTERS
 from .samples import FilterError, Options, Progress, SamplePass
 
@@ -52,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="frame labels: sdb's (`block in Foo#bar`, as Ruby 3.4's backtraces; the default) or "
                         "exactly rb_profile_frame_full_label's (`Foo#bar` for a method's blocks, as stackprof "
                         "and OpenTelemetry show them)")
+    p.add_argument("--json-frames", action="store_true",
+                   help="json: every sample line carries its frames (larger: a stack is repeated for each of "
+                        "its samples), instead of naming a stack defined once on a line of its own")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress line on stderr (it shows only on a terminal, for long runs)")
     p.add_argument("--version", action="version", version=f"sdb {__version__}")

@@ -1,4 +1,6 @@
-"""Names for frames: joins the trace's frames with its symbol records by address and time.
+"""Names for frames: joins the trace's frames with its symbol records by address and time. The one
+naming path: sdb-symbolize, the sidecar's snapshot and top all name frames with a Resolver (the label
+rules themselves are labels.py's).
 
 A symbol holds from its `at_ns` until the next symbol for the same address, so an
 address reused by a new ISeq never lends its name to samples of the old one.
@@ -7,15 +9,18 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from sdb_trace import (GC_LABEL, KIND_CFUNC, KIND_GC, KIND_OTHER, KIND_RUBY, KIND_TRUNCATED, LABELS_SDB, Tables,
-                       full_label, method_fits, names_its_method, qualified_name)
+from sdb_trace import KIND_CFUNC, KIND_GC, KIND_RUBY, KIND_TRUNCATED, Tables
+
+from .labels import GC_LABEL, LABELS_SDB, TRUNCATED_LABEL, full_label, method_fits, names_its_method, qualified_name
 
 
 class Frame:
-    __slots__ = ("name", "label", "path", "line", "located_at_caller")
+    __slots__ = ("name", "label", "path", "line", "located_at_caller", "cfunc")
 
-    def __init__(self, label: str, path: Optional[str], line: int, located_at_caller: bool = False):
+    def __init__(self, label: str, path: Optional[str], line: int, located_at_caller: bool = False,
+                 cfunc: bool = False):
         self.located_at_caller = located_at_caller
+        self.cfunc = cfunc
         self.label = label
         self.path = path
         self.line = line
@@ -92,9 +97,9 @@ class Resolver:
         if kind == KIND_CFUNC:
             # like Ruby's backtrace: a C function is located at its Ruby caller
             return Frame(full_label(KIND_CFUNC, None, method), caller.path if caller else None,
-                         caller.line if caller else 0, located_at_caller=True)
+                         caller.line if caller else 0, located_at_caller=True, cfunc=True)
         if kind == KIND_TRUNCATED:
-            return Frame("(truncated)", None, 0)
+            return Frame(TRUNCATED_LABEL, None, 0)
         if kind == KIND_GC:
             return Frame(GC_LABEL, None, 0)
         return None  # KIND_OTHER: not shown, as in Ruby's own backtraces

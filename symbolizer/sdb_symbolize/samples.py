@@ -10,8 +10,9 @@ import time
 from collections import Counter
 from typing import Dict, FrozenSet, Iterable, Optional, Tuple
 
-from sdb_trace import LABELS_SDB, STATE_BLOCKED, STATE_NAMES, STATE_UNKNOWN, Tables, iter_samples
+from sdb_trace import STATE_BLOCKED, STATE_NAMES, STATE_UNKNOWN, Tables, iter_samples
 
+from .labels import LABELS_SDB
 from .resolve import Frame, Resolver, thread_label
 
 
@@ -62,8 +63,10 @@ class Options:
     """The shared filters, from the command line."""
 
     def __init__(self, threads: Iterable[str] = (), from_s: Optional[float] = None, to_s: Optional[float] = None,
-                 idle: bool = False, states: bool = False, lines: bool = True, labels: str = LABELS_SDB):
+                 idle: bool = False, states: bool = False, lines: bool = True, labels: str = LABELS_SDB,
+                 json_frames: bool = False):
         self.threads = list(threads or ())
+        self.json_frames = json_frames  # json: every sample carries its frames (else stacks by id)
         self.labels = labels
         self.from_s = from_s
         self.to_s = to_s
@@ -75,7 +78,7 @@ class Options:
     def from_args(cls, args) -> "Options":
         return cls(getattr(args, "thread", None) or (), getattr(args, "from_s", None), getattr(args, "to_s", None),
                    getattr(args, "idle", False), getattr(args, "states", False), getattr(args, "lines", True),
-                   getattr(args, "labels", LABELS_SDB))
+                   getattr(args, "labels", LABELS_SDB), getattr(args, "json_frames", False))
 
 
 class Progress:

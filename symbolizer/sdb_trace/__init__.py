@@ -14,6 +14,7 @@ from typing import IO, Callable, Dict, Iterator, List, Optional, Tuple
 
 import msgpack
 
+__version__ = "0.1.0"   # sdb's version, for every Python package (pyproject.toml reads it here); the gem's is gem/lib/sdb/version.rb
 MAGIC = "sdb-trace"
 VERSION = 1
 
@@ -22,9 +23,12 @@ KIND_CFUNC = 1
 KIND_OTHER = 2
 KIND_TRUNCATED = 3
 KIND_GC = 4        # the thread was collecting garbage: "(garbage collection)", innermost
-GC_LABEL = "(garbage collection)"
 METHOD_ISEQ = 0    # method record `type`: rb_method_type_t (VM_METHOD_TYPE_ISEQ, CFUNC, ...)
 METHOD_CFUNC = 1
+ISEQ_TYPE_METHOD = 1   # iseq record `type`: rb_iseq_type (docs/trace-format.md)
+ISEQ_TYPE_BLOCK = 2
+ISEQ_TYPE_RESCUE = 4
+ISEQ_TYPE_ENSURE = 5
 
 STATE_UNKNOWN = 0
 STATE_RUNNING = 1
@@ -412,6 +416,41 @@ class Tables:
     good_sample_records: int = 0
     error: Optional[TraceError] = None  # a Truncated/Corrupt met after the good records
 
+    def apply(self, rec: dict, where: str) -> None:
+        """Takes in one record other than `samples` (checked: Corrupt names `where`, the trace's
+        path). Every reader that builds Tables goes through here: load_tables from a file, the
+        sidecar's MemoryTrace from its own Drainer (snapshot, top)."""
+        t = rec["t"]
+        if t == "frames":
+            _check_ids(where, rec, len(self.frame_kind), "frames")
+            _frames(where, self, rec)
+        elif t == "stacks":
+            _check_ids(where, rec, len(self.stacks), "stacks")
+            _stacks(where, self, rec)
+        elif t == "thread":
+            rec.pop("names", None)             # both are this reader's own keys
+            rec.pop("end_ns", None)
+            prev = self.threads.get(rec["serial"])
+            if prev is not None:
+                rec = dict(rec, names=prev.get("names", [prev["name"]]) + [rec["name"]])
+            self.threads[rec["serial"]] = rec
+        elif t == "thread_end":
+            th = self.threads.get(rec.get("serial"))
+            if th is not None:
+                th["end_ns"] = rec.get("at_ns")
+        elif t in SYMBOL_RECORDS:
+            table, addr, sym = self.symbol_of(rec)
+            _insert_symbol(table, addr, sym)
+        elif t == "ebpf_pause":
+            self.ebpf_pauses.append([rec["at_ns"], None])
+        elif t == "ebpf_resume":
+            if self.ebpf_pauses and self.ebpf_pauses[-1][1] is None:
+                self.ebpf_pauses[-1][1] = rec["at_ns"]
+        elif t == "end":
+            self.end = rec
+        elif t == "header":
+            self.header = rec
+
     def symbol_of(self, rec: dict) -> Tuple[Dict[int, List[Symbol]], int, Symbol]:
         """For an `iseq`, `method` or older `cfunc` record: the table it belongs in, its address
         there, and its Symbol. Every reader of symbol records builds them here."""
@@ -449,9 +488,9 @@ class Tables:
         return best
 
 
-def _check_ids(reader: TraceReader, rec: dict, expected: int, what: str) -> None:
+def _check_ids(where: str, rec: dict, expected: int, what: str) -> None:
     if rec.get("first_id") != expected:       # an int: check_record made sure
-        raise Corrupt(f"{reader.path}: corrupt {what} record (first_id {rec.get('first_id')}, "
+        raise Corrupt(f"{where}: corrupt {what} record (first_id {rec.get('first_id')}, "
                       f"expected {expected})")
 
 
@@ -478,16 +517,16 @@ def _check_samples(reader: TraceReader, rec: dict, nstacks: int) -> int:
     return n
 
 
-def _frames(reader: TraceReader, tables: "Tables", rec: dict) -> None:
+def _frames(where: str, tables: "Tables", rec: dict) -> None:
     try:
         kind = int_column(rec, "kind")
         cols = [int_column(rec, c, "Q") for c in ("iseq", "pc", "me")]
         line = int_column(rec, "line") if rec.get("line") is not None else None
     except ValueError as e:
-        raise Corrupt(f"{reader.path}: corrupt frames record ({e})") from None
+        raise Corrupt(f"{where}: corrupt frames record ({e})") from None
     n = len(kind)
     if any(len(c) != n for c in cols):
-        raise Corrupt(f"{reader.path}: corrupt frames record (columns of different lengths)")
+        raise Corrupt(f"{where}: corrupt frames record (columns of different lengths)")
     tables.frame_kind.extend(kind)
     tables.frame_iseq.extend(cols[0])
     tables.frame_pc.extend(cols[1])
@@ -495,10 +534,10 @@ def _frames(reader: TraceReader, tables: "Tables", rec: dict) -> None:
     tables.frame_line.extend(line if line is not None and len(line) == n else [0] * n)
 
 
-def _stacks(reader: TraceReader, tables: "Tables", rec: dict) -> None:
+def _stacks(where: str, tables: "Tables", rec: dict) -> None:
     stacks = rec.get("stacks")
     if type(stacks) is not list:
-        raise Corrupt(f"{reader.path}: corrupt stacks record ('stacks' is {_kind(stacks)}, expected a list)")
+        raise Corrupt(f"{where}: corrupt stacks record ('stacks' is {_kind(stacks)}, expected a list)")
     nframes = len(tables.frame_kind)
     for st in stacks:
         try:
@@ -506,7 +545,7 @@ def _stacks(reader: TraceReader, tables: "Tables", rec: dict) -> None:
         except (TypeError, OverflowError):
             ids = None
         if ids is None or (ids and max(ids) >= nframes):
-            raise Corrupt(f"{reader.path}: corrupt stacks record (names a frame that is not defined)")
+            raise Corrupt(f"{where}: corrupt stacks record (names a frame that is not defined)")
         tables.stacks.append(ids)
 
 
@@ -522,103 +561,13 @@ def load_tables(path: str) -> Tables:
                 if t == "samples":
                     tables.sample_count += _check_samples(reader, rec, len(tables.stacks))
                     tables.good_sample_records += 1
-                elif t == "frames":
-                    _check_ids(reader, rec, len(tables.frame_kind), "frames")
-                    _frames(reader, tables, rec)
-                elif t == "stacks":
-                    _check_ids(reader, rec, len(tables.stacks), "stacks")
-                    _stacks(reader, tables, rec)
-                elif t == "thread":
-                    rec.pop("names", None)             # both are this reader's own keys
-                    rec.pop("end_ns", None)
-                    prev = tables.threads.get(rec["serial"])
-                    if prev is not None:
-                        rec = dict(rec, names=prev.get("names", [prev["name"]]) + [rec["name"]])
-                    tables.threads[rec["serial"]] = rec
-                elif t == "thread_end":
-                    th = tables.threads.get(rec.get("serial"))
-                    if th is not None:
-                        th["end_ns"] = rec.get("at_ns")
-                elif t in SYMBOL_RECORDS:
-                    table, addr, sym = tables.symbol_of(rec)
-                    _insert_symbol(table, addr, sym)
-                elif t == "ebpf_pause":
-                    tables.ebpf_pauses.append([rec["at_ns"], None])
-                elif t == "ebpf_resume":
-                    if tables.ebpf_pauses and tables.ebpf_pauses[-1][1] is None:
-                        tables.ebpf_pauses[-1][1] = rec["at_ns"]
-                elif t == "end":
-                    tables.end = rec
+                else:
+                    tables.apply(rec, reader.path)
         except (Truncated, Corrupt) as e:
             tables.error = e
         except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as e:
             tables.error = Corrupt(f"{path}: corrupt at byte {reader.offset} ({type(e).__name__}: {str(e)[:80]})")
     return tables
-
-
-def qualified_name(method: Optional[dict]) -> Optional[str]:
-    """rb_profile_frame_qualified_method_name: `Foo::Bar#baz`, `Foo.baz` (singleton), or the bare
-    name when the class is unknown."""
-    if not method or not method.get("name"):
-        return None
-    if method.get("class_path"):
-        return method["class_path"] + ("." if method.get("singleton") else "#") + method["name"]
-    return method["name"]
-
-
-_PREFIXED = (2, 4, 5)  # ISeq types block, rescue, ensure: `block in`, `rescue in`, `ensure in`
-
-
-LABELS_SDB = "sdb"
-LABELS_RUBY = "ruby-profile-frames"
-LABEL_CONVENTIONS = (LABELS_SDB, LABELS_RUBY)
-
-
-def full_label(kind: int, iseq: Optional[dict], method: Optional[dict], labels: str = LABELS_SDB) -> str:
-    """A frame's label as rb_profile_frame_full_label gives it (docs/trace-format.md, "Labels").
-    iseq: the frame's `iseq` record (label, base_label); method: the frame's `method` record.
-    - C function: its qualified name (`Integer#times`, `IO.select`).
-    - Ruby frame of a method defined with `def` (method type 0): the qualified name (`Foo#bar`;
-      an `eval` inside the method too); a block, rescue or ensure ISeq keeps its label's prefix
-      (`block in Foo#bar`, `block (2 levels) in Foo.bar`, `rescue in Foo#bar`).
-    - any other Ruby frame (top level, class bodies, define_method, no method): the ISeq's label
-      (`<main>`, `<class:Foo>`, `block (2 levels) in <main>`, `<top (required)>`).
-    labels=LABELS_RUBY: exactly rb_profile_frame_full_label's string, which for a block, rescue or
-    ensure frame of a method is the method's qualified name alone (`Foo#bar`: rb_profile_frames hands
-    such a frame its method's entry), as stackprof and OpenTelemetry profiles show it."""
-    if kind == KIND_CFUNC:
-        return qualified_name(method) or "(C function)"
-    if kind == KIND_GC:
-        return GC_LABEL
-    label = (iseq or {}).get("label") or ""
-    base = (iseq or {}).get("base_label") or ""
-    if method_fits(iseq, method):
-        qualified = qualified_name(method)
-        if labels == LABELS_SDB and (iseq or {}).get("type") in _PREFIXED and base and label.endswith(base):
-            return label[:len(label) - len(base)] + qualified
-        return qualified
-    return label
-
-
-ISEQ_TYPE_METHOD = 1
-
-
-def method_fits(iseq: Optional[dict], method: Optional[dict]) -> bool:
-    """Whether full_label names a Ruby frame of this ISeq after this method entry: a `def` method with
-    a class, and one that can be this frame's. A method's ISeq, and its blocks, rescues and ensures,
-    carry the method's original name as base label, which is the entry's name (its original_id): a
-    frame read while the stack moved can pair an ISeq with another frame's entry, and such a pair
-    must not lend the ISeq another method's name. Other ISeqs (an eval inside a method) cannot be
-    checked this way and keep the entry."""
-    if not (method and method.get("type") == METHOD_ISEQ and method.get("class_path") and method.get("name")):
-        return False
-    return not names_its_method(iseq) or ((iseq or {}).get("base_label") or "") == method["name"]
-
-
-def names_its_method(iseq: Optional[dict]) -> bool:
-    """A method's ISeq, or one of its blocks, rescues or ensures: an ISeq whose frames a method entry
-    can be checked against (by name) and so be borrowed for (sdb_symbolize.resolve)."""
-    return bool(iseq) and (iseq.get("type") == ISEQ_TYPE_METHOD or iseq.get("type") in _PREFIXED)
 
 
 def _insert_symbol(table: Dict[int, List[Symbol]], addr: int, sym: Symbol) -> None:
@@ -649,6 +598,31 @@ def iter_samples(path: str, on_batch: Callable[..., None], limit: Optional[int] 
                         on_batch(rec["base_ns"], rec["dt_ns"], rec["thread"], rec["stack"], rec["state"])
         except (Truncated, Corrupt):
             return
+
+
+class MemoryTrace(TraceWriter):
+    """A TraceWriter that writes no file: each record goes into `tables` (Tables.apply) as it is
+    written, the samples to `on_samples`. The sidecar's snapshot and top run the recorder's Drainer
+    into one and name frames from its tables as sdb-symbolize names them from a file's."""
+
+    def __init__(self, header: dict):
+        self.tables = Tables(header={})
+        super().__init__(None, header)
+
+    def _write(self, rec: dict) -> None:
+        if rec["t"] == "samples":
+            self.on_samples(rec)
+        else:
+            self.tables.apply(rec, "the sidecar's records")
+
+    def encoded(self, record: bytes) -> None:
+        self._write(msgpack.unpackb(record))
+
+    def flush(self) -> None:
+        pass
+
+    def on_samples(self, rec: dict) -> None:
+        """A samples record (base_ns, dt_ns, thread, stack, state): for the subclass to count."""
 
 
 def has_record(path: str, t: str) -> bool:

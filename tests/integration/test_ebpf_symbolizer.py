@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import time
 
 import pytest
 
@@ -59,6 +58,16 @@ def start_recording(ruby_target, sidecar_process, tmp_path, program, *args, extr
     return target, sidecar, out
 
 
+def sample_on_then_stop(sidecar, out):
+    """After "ran" the program runs sdb_loaded_method until killed: wait until the trace holds another
+    1,000 samples (a second of them; what was drained before "ran" is in the count already), then
+    stop. A 0.3 s run of it could go unsampled when a loaded machine starved the sampler."""
+    n0 = samples_so_far(out)
+    wait_for(lambda: samples_so_far(out) >= n0 + 1000 or sidecar.poll() is not None, 120,
+             what="a second of samples after the methods ran")
+    return stop(sidecar)
+
+
 def stop(sidecar):
     sidecar.send_signal(2)
     _, err = sidecar.communicate(timeout=30)
@@ -74,8 +83,7 @@ def test_methods_evaluated_after_attach_are_named_by_ebpf(ruby_target, sidecar_p
     # then runs them
     target.send(f"go {tmp_path}\n")
     ran = json.loads(target.wait_for_line("ran ", timeout=30)[4:])
-    time.sleep(0.3)
-    err = stop(sidecar)
+    err = sample_on_then_stop(sidecar, out)
     trace = read_trace(out)
 
     # THEN the probes were found in the target's own Ruby, through its maps
@@ -117,7 +125,7 @@ def test_no_ebpf_option_names_everything_remotely(ruby_target, sidecar_process, 
     # WHEN methods are defined and run after attach
     target.send(f"go {tmp_path}\n")
     ran = json.loads(target.wait_for_line("ran ", timeout=30)[4:])
-    stop(sidecar)
+    sample_on_then_stop(sidecar, out)
     trace = read_trace(out)
     # THEN no probe was used, and the sampled methods are still named, by remote reads
     assert trace.end["ebpf"] is None

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import (PROGRAMS, SIDECAR, SYMBOLIZE, ebpf_attached_so_far, read_trace, ruby_cmd, ruby_env,
                       samples_so_far, wait_for)
+from sdb_symbolize.reporters.json_lines import read_samples
 from sdb_trace import KIND_RUBY
 
 from test_ebpf_symbolizer import ebpf_missing
@@ -35,8 +36,7 @@ def unnamed_samples(trace_path, start_ns: int = 0, end_ns: int = 1 << 63) -> lis
                        timeout=120)
     assert r.returncode == 0, r.stderr
     out = []
-    for line in r.stdout.splitlines():
-        s = json.loads(line)
+    for s in read_samples(r.stdout.splitlines()):
         if start_ns <= s["t_ns"] <= end_ns and any(u in f[0] for f in s["frames"] for u in UNNAMED):
             out.append(s)
     return out

@@ -19,12 +19,18 @@ Busy and recursing threads move: only their stable part is compared, the frames 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
+import shutil
 import subprocess
+import time
 
 import pytest
 
-from conftest import PROGRAMS, REPO, SDB_RUBY, SYMBOLIZE, RubyTarget, ready_info, ruby_cmd, ruby_env, run_sidecar
+from conftest import PROGRAMS, SIDECAR, SYMBOLIZE, RubyTarget, ready_info, ruby_cmd, ruby_env, run_sidecar
+from terminal import Tmux, rows
+from sdb_symbolize.reporters.json_lines import read_samples
 from sdb_symbolize.resolve import Resolver
 from sdb_trace import iter_samples, load_tables
 
@@ -55,9 +61,41 @@ def golden(tmp_path_factory, golden_ext):
         trace = tmp / "trace.msgpack"
         rec = run_sidecar("attach", "--pid", str(target.pid), "-r", "200", "-d", "0.5", "-o", str(trace), "--quiet")
         assert rec.returncode == 0, rec.stderr
+        snapshot = json.loads(snap.stdout)
+        top = top_rows(target.pid, {where(f) for name in PARKED for f in got_frames(snapshot, name)}) \
+            if shutil.which("tmux") else None
     finally:
         target.cleanup()
-    return {"truth": json.loads(out.read_text()), "snap": json.loads(snap.stdout), "trace": trace}
+    return {"truth": json.loads(out.read_text()), "snap": snapshot, "trace": trace, "top": top}
+
+
+def where(frame: tuple) -> str:
+    """A (label, path, line) frame as a row of top's table in lines mode shows it."""
+    label, path, line = frame
+    return f"{label} ({path}:{line})" if path else label
+
+
+def top_rows(pid: int, wanted: set) -> set:
+    """The rows of `top`'s table (lines mode, idle threads shown) once every row in `wanted` is on
+    the screen, or after a minute: the texts of the rows then shown."""
+    tmux = Tmux(f"sdb-golden-{os.getpid()}-{time.monotonic_ns()}", width=500, height=300)
+    try:
+        tmux.type_line(shlex.join([*SIDECAR, "top", "--pid", str(pid), "--rate", "200"]))
+        tmux.wait_screen(lambda s: "Showing functions" in s, "top's first screen", timeout=60)
+        tmux.send("l")
+        tmux.send("i")
+        tmux.wait_screen(lambda s: "Showing lines" in s and "idle shown" in s, "lines mode, idle shown", timeout=30)
+        shown: set = set()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            shown = {r[0] for r in rows(tmux.screen())}
+            if wanted <= shown:
+                break
+            time.sleep(0.2)
+        tmux.send("q")
+        return shown
+    finally:
+        tmux.kill()
 
 
 def expected_frames(truth: dict, moving: bool = False) -> list:
@@ -185,14 +223,34 @@ def test_recorded_trace_names_frames_as_the_snapshot(golden):
         assert got == want, diff(got, want)
 
 
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (scripts/setup-machine installs it)")
+def test_top_names_every_frame_as_the_snapshot_and_the_recording(golden):
+    # GIVEN top's table of the golden program (lines mode, idle shown), taken while it ran
+    shown = golden["top"]
+    tables = load_tables(str(golden["trace"]))
+    resolver = Resolver(tables)
+    serial = {th["name"]: s for s, th in tables.threads.items()}
+    first = {}
+    iter_samples(str(golden["trace"]), lambda base, dts, threads, sids, states: [
+        first.setdefault(th, (base + dt, sid)) for dt, th, sid in zip(dts, threads, sids)])
+    for name in PARKED:
+        # WHEN a parked thread's frames are named by `snapshot --json` and by sdb-symbolize's resolver
+        snap = got_frames(golden["snap"], name)
+        t_ns, sid = first[serial[name]]
+        recorded = [(f.label, f.path, f.line) for f in reversed(resolver.stack(sid, t_ns))]
+        # THEN the three agree: the same label, path and line for each frame
+        assert snap == recorded, diff(snap, recorded)
+        missing = [where(f) for f in snap if where(f) not in shown]
+        assert not missing, f"{name}: not in top's table: {missing}\ntop's rows: {sorted(shown)}"
+
+
 def test_ruby_profile_frames_labels_are_exactly_rubys_full_labels(golden):
     # GIVEN the same recording, symbolized with --labels ruby-profile-frames
     r = subprocess.run([*SYMBOLIZE, str(golden["trace"]), "--idle", "--labels", "ruby-profile-frames",
                         "--format", "json", "--no-progress"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     first = {}
-    for line in r.stdout.splitlines():
-        s = json.loads(line)
+    for s in read_samples(r.stdout.splitlines()):
         first.setdefault(s["thread_name"], s["frames"])
     # THEN each parked thread's labels, innermost first, are rb_profile_frame_full_label's strings as
     # Ruby gave them (no block prefix kept for a method's blocks: `Zoo::Pair#pair_run`)

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections import Counter
 
 import pytest
 
-from conftest import ebpf_attached_so_far, read_trace, run_sidecar, wait_for
+from conftest import ebpf_attached_so_far, read_trace, samples_so_far, wait_for
 from sdb_sidecar.kview import BTF_PATH
 from test_ebpf_symbolizer import ebpf_missing
 
@@ -26,19 +25,24 @@ def kernel_view_missing() -> str:
     return "" if os.path.exists(BTF_PATH) else f"no kernel BTF at {BTF_PATH}"
 
 
-def record_2s(ruby_target, sidecar_process, tmp_path, program: str, ebpf: bool):
-    """`program` recorded at 1 kHz, with eBPF where the machine has it (for 2 s from the moment it is
-    attached: it attaches beside the sampling) or without (2 s); the trace."""
+def record(ruby_target, sidecar_process, tmp_path, program: str, ebpf: bool, samples: int):
+    """`program` recorded at 1 kHz, with eBPF where the machine has it (from the moment it is attached:
+    it attaches beside the sampling) or without, until the trace holds `samples` more samples than
+    then (about 2 s of them; counted, not timed: a busy machine lets the sampler take fewer ticks a
+    second); the trace."""
     target = ruby_target(program)
     out = tmp_path / "trace.msgpack"
-    if not ebpf or kernel_view_missing():
-        r = run_sidecar("attach", "--pid", str(target.pid), "-d", "2", "-o", str(out), "--quiet",
-                        *([] if ebpf else ["--no-ebpf"]))
-        assert r.returncode == 0, r.stderr
-        return read_trace(out)
-    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-d", "600", "-o", str(out), "--quiet")
-    wait_for(lambda: ebpf_attached_so_far(out) or sidecar.poll() is not None, 120, what="eBPF attached")
-    time.sleep(2)
+    with_kview = ebpf and not kernel_view_missing()
+    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-d", "600", "-o", str(out), "--quiet",
+                              *([] if ebpf else ["--no-ebpf"]))
+    if with_kview:
+        wait_for(lambda: ebpf_attached_so_far(out) or sidecar.poll() is not None, 120, what="eBPF attached")
+    else:
+        wait_for(lambda: samples_so_far(out) > 0 or sidecar.poll() is not None, 60, what="first samples")
+    assert sidecar.poll() is None, sidecar.communicate()[1]
+    n0 = samples_so_far(out)
+    wait_for(lambda: samples_so_far(out) >= n0 + samples or sidecar.poll() is not None, 300,
+             what=f"{samples} more samples")
     sidecar.send_signal(signal.SIGINT)
     _, err = sidecar.communicate(timeout=60)
     assert sidecar.returncode == 0, err
@@ -49,14 +53,15 @@ def record_2s(ruby_target, sidecar_process, tmp_path, program: str, ebpf: bool):
 def test_sleeper_alternating_between_two_methods_shows_both_in_equal_shares(ruby_target, sidecar_process, tmp_path,
                                                                             ebpf):
     # GIVEN a thread sleeping 20 ms alternately in nap_in_a and nap_in_b
-    # WHEN it is recorded for 2 s at 1 kHz (with eBPF where the machine has it, and without)
-    trace = record_2s(ruby_target, sidecar_process, tmp_path, "alternating_sleeper.rb", ebpf)
+    # WHEN it is recorded at 1 kHz for ~2 s of samples of its two threads (with eBPF where the machine
+    # has it, and without)
+    trace = record(ruby_target, sidecar_process, tmp_path, "alternating_sleeper.rb", ebpf, 4000)
     serial = trace.serial_named("alternating")
     attached = [r["at_ns"] for r in trace.records if r["t"] == "ebpf_attached"]
     seen = Counter()
     for sample in trace.samples_of(serial):
         if attached and sample[0] < attached[0]:
-            continue        # the 2 s measured are those after eBPF (and the kernel view) came
+            continue        # the samples measured are those after eBPF (and the kernel view) came
         labels = [l for l in trace.labels_of(sample) if l]
         seen["a" if "nap_in_a" in labels else "b" if "nap_in_b" in labels else "other"] += 1
     total = sum(seen.values())
@@ -77,8 +82,8 @@ def test_sleeper_alternating_between_two_methods_shows_both_in_equal_shares(ruby
 def test_threads_asleep_for_good_are_read_once_then_reused(ruby_target, sidecar_process, tmp_path, ebpf):
     # GIVEN an app whose main thread and one more sleep for good, beside a busy worker (on 3.1 with the
     # kernel view, a thread that never switches again must still be known to be off its CPU)
-    # WHEN it is recorded for 2 s at 1 kHz
-    end = record_2s(ruby_target, sidecar_process, tmp_path, "parked.rb", ebpf).end
+    # WHEN it is recorded at 1 kHz for ~2 s of samples of its three threads
+    end = record(ruby_target, sidecar_process, tmp_path, "parked.rb", ebpf, 4500).end
     # THEN the two sleepers' samples (two thirds of all) needed no read after the first ones
     assert end["threads"] == 3 and end["samples"] > 4000, end
     assert end["reused"] > 0.6 * end["samples"], end

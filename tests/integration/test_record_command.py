@@ -186,5 +186,6 @@ def test_record_prints_the_commands_and_with_format_writes_the_profile_next_to_t
     _, err = p.communicate("0\n", timeout=30)
     assert p.returncode == 0, err
     # THEN the profile is written beside the trace, with the program's methods
+    assert (tmp_path / "again.collapsed").exists(), err
     assert "crunch_numbers" in (tmp_path / "again.collapsed").read_text()
     assert not printed_commands(err), err

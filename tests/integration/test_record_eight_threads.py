@@ -91,10 +91,10 @@ def test_end_record_reports_duration_reason_and_integer_counts(recording):
     assert end["reason"] == "duration"
     for key in ("ticks", "late", "samples", "torn", "retried", "errors", "threads"):
         assert isinstance(end.get(key), int), f"end record key {key!r}: {end.get(key)!r}"
-    # a 5 s recording at 1000 Hz takes at most ~5000 ticks (never bunched to catch up); on a loaded
-    # 2-core machine some are skipped, so only the order of magnitude is checked here: the 95% rule
-    # below is relative to the ticks actually taken
-    assert 0.5 * DURATION_S * RATE_HZ <= end["ticks"] <= 1.02 * DURATION_S * RATE_HZ, end
+    # a 5 s recording at 1000 Hz is ~5000 periods: each a tick taken, or missed and counted (never
+    # bunched to catch up); how many are missed depends on the machine's load, their sum does not.
+    # The 95% rule below is relative to the ticks actually taken
+    assert 0.98 * DURATION_S * RATE_HZ <= end["ticks"] + end["missed"] <= 1.02 * DURATION_S * RATE_HZ, end
     assert end["samples"] == len(recording["trace"].samples)
 
 
@@ -122,12 +122,16 @@ def test_thread_ending_midway_has_samples_and_a_thread_end_record(recording, nam
     serial = trace.serial_named(name)
     samples = trace.samples_of(serial)
     assert samples, f"{name} has no samples"
-    # it ended ~2 s into a 5 s recording: clearly fewer samples than the ticks
-    assert len(samples) < 0.8 * trace.end["ticks"], len(samples)
+    # it ended ~2 s after "go", before the recording did (the main thread goes on being sampled)
     assert serial in trace.thread_ends, f"no thread_end record for {name} (serial {serial})"
     end_ns = trace.thread_ends[serial]["at_ns"]
+    main = trace.samples_of(trace.serial_named("eight_main"))
+    assert any(s[0] > end_ns for s in main), "the recording ended with the thread"
+    # and it was sampled while it lived, never after: no more samples than the main thread's
+    # (sampled at every tick) up to its thread_end record, none later
     last_own = max(s[0] for s in samples)
     assert last_own <= end_ns, "samples of the thread after its thread_end"
+    assert len(samples) <= len([s for s in main if s[0] <= end_ns]) + 2, (len(samples), len(main))
     # AND the thread_end came with the first read that found it ended, not ticks later: the busy
     # thread, sampled at every tick, has hardly a sample between the two (counted in ticks, not
     # time: a loaded machine delays ticks but does not put more of them in between). Ruby 3.1 sends

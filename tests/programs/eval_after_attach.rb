@@ -1,6 +1,8 @@
 # Defines methods after the sidecar attached, by eval and by loading a file through a symlink (its
 # path and realpath differ, so Ruby keeps its pathobj as [path, realpath]); then runs them.
-# stdin "go DIR\n": create the file under DIR, define, run; prints "ran {json}" with Ruby's own view.
+# stdin "go DIR\n": create the file under DIR, define, run; prints "ran {json}" with Ruby's own view,
+# then runs sdb_loaded_method again and again until killed (a recording that goes on past "ran" keeps
+# sampling it, however late a loaded machine lets the sampler run).
 require "sdb"
 require "json"
 $stdout.sync = true
@@ -34,4 +36,4 @@ puts "ran " + JSON.generate({ "names" => names, "eval_path" => EVAL_PATH,
                               "loaded" => { "path" => iseq.path, "absolute_path" => iseq.absolute_path,
                                             "first_line" => iseq.first_lineno },
                               "eval_first_line" => first.first_lineno })
-sleep
+loop { sdb_loaded_method }

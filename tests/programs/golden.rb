@@ -84,10 +84,11 @@ def park_select(r)
   SdbGolden.arm(:select); $golden_started << :select; IO.select([r])
 end
 
-# a method whose frame holds special variables ($~): Ruby keeps its method entry inside an
+# a method whose frame holds special variables ($~ and $_): Ruby keeps its method entry inside an
 # imemo_svar in the frame's method-entry slot
 def park_svar
   "golden" =~ /old/
+  $_ = "golden line"
   [1].each do
     "x".sub(/x/, "y")
     SdbGolden.arm(:sleep); $golden_started << :svar; sleep

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from sdb_trace import KIND_RUBY, LABELS_RUBY, METHOD_ISEQ, full_label
+from sdb_symbolize.labels import LABELS_RUBY, full_label
+from sdb_trace import KIND_RUBY, METHOD_ISEQ
 
 pytestmark = pytest.mark.once
 

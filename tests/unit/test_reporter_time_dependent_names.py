@@ -12,6 +12,7 @@ import pytest
 
 from sdb_trace import KIND_CFUNC, KIND_RUBY, TraceWriter
 from sdb_symbolize.reporters import REPORTERS
+from sdb_symbolize.reporters.json_lines import read_samples
 
 pytestmark = pytest.mark.once
 
@@ -60,8 +61,7 @@ def names_and_counts(fmt, data: bytes):
             stack, n = line.rsplit(" ", 1)
             out[stack.split(";")[-1].split(" (")[0]] = out.get(stack.split(";")[-1].split(" (")[0], 0) + int(n)
     elif fmt == "json":
-        for line in data.decode().splitlines():
-            rec = json.loads(line)
+        for rec in read_samples(data.decode().splitlines()):
             out[rec["frames"][-1][0]] = out.get(rec["frames"][-1][0], 0) + 1
     elif fmt == "speedscope":
         d = json.loads(data)

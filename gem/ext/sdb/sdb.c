@@ -716,6 +716,83 @@ sdb_hook_gc(void)
     rb_tracepoint_enable(tp);
 }
 
+/* ---------- GC seen from outside (Ruby 3.1, where sdb_hook_gc hooks nothing) ----------
+ * The sidecar reads two words of the VM with every tick: objspace->flags, whose during_gc bit
+ * gc_enter sets and gc_exit clears on the thread that holds the GVL, and the main ractor's
+ * threads.running_ec, which Ruby sets to the ec that takes the GVL or switches fibers
+ * (ractor_core.h: rb_ractor_thread_switch, rb_ractor_set_current_ec). While during_gc is set,
+ * the thread whose ec is the running ec is the one collecting. No hook: allocation is untouched.
+ * Both addresses are found here and proven, or left 0 (then no GC frame, as before):
+ *  - objspace->flags: among the words of rb_vm_t, the one pointer whose word at +objspace_flags
+ *    changes by exactly the dont_gc bit when GC is disabled and enabled (rb_gc_disable first
+ *    finishes a GC in progress, as GC.disable does; the app's own setting is put back, and no GC
+ *    can start in between: this thread holds the GVL and allocates nothing);
+ *  - running_ec: the one word of the main ractor that holds this thread's ec (it holds the GVL)
+ *    and is followed by the main thread's rb_thread_t* (threads.running_ec, threads.main). */
+#if RUBY_API_VERSION_MAJOR == 3 && RUBY_API_VERSION_MINOR < 2
+extern void *ruby_current_vm_ptr;      /* vm_core.h; exported by libruby 3.1 */
+extern void *ruby_single_main_ractor;  /* vm_core.h; the main ractor while it is the only one */
+#define SDB_VM_WORDS 512               /* rb_vm_t is searched in its first 4 KiB ... */
+#define SDB_RACTOR_WORDS 256           /* ... rb_ractor_t in its first 2 KiB */
+
+static int
+sdb_plausible_ptr(uint64_t v)
+{
+    return v >= 4096 && (v & 7) == 0 && v < 0x0100000000000000ull;
+}
+#endif
+
+static void
+sdb_find_gc_words(struct sdb_layout *L)
+{
+    L->gc_flags_addr = 0;
+    L->running_ec_addr = 0;
+#if RUBY_API_VERSION_MAJOR == 3 && RUBY_API_VERSION_MINOR < 2
+    static uint64_t vmw[SDB_VM_WORDS];
+    static uint32_t off[SDB_VM_WORDS], on[SDB_VM_WORDS];
+    static unsigned char ok[SDB_VM_WORDS];
+    uint64_t vm = (uint64_t)(uintptr_t)ruby_current_vm_ptr, r = (uint64_t)(uintptr_t)ruby_single_main_ractor;
+    uint64_t th, ec, main_th, w[2], flags = 0, rec = 0;
+    uint32_t dont, i, nvm = 0, found = 0;
+    VALUE was;
+    if (L->objspace_flags == SDB_NA || L->gc_dont_gc_bit >= 32 || L->gc_during_bit >= 32 || !vm || !r) return;
+    dont = 1u << L->gc_dont_gc_bit;
+    while (nvm < SDB_VM_WORDS && sdb_read_u64(vm + 8ull * nvm, &vmw[nvm]) == 0) nvm++;
+    was = rb_gc_disable();
+    for (i = 0; i < nvm; i++)
+        ok[i] = sdb_plausible_ptr(vmw[i]) && sdb_read(vmw[i] + L->objspace_flags, &on[i], 4) == 0;
+    rb_gc_enable();
+    for (i = 0; i < nvm; i++)
+        ok[i] = ok[i] && sdb_read(vmw[i] + L->objspace_flags, &off[i], 4) == 0;
+    if (was == Qtrue) rb_gc_disable();
+    for (i = 0; i < nvm; i++) {
+        if (ok[i] && (on[i] & dont) && (on[i] ^ off[i]) == dont) {
+            flags = vmw[i] + L->objspace_flags;
+            found++;
+        }
+    }
+    if (found != 1) return;
+
+    th = (uint64_t)(uintptr_t)RTYPEDDATA_DATA(rb_thread_current());
+    main_th = (uint64_t)(uintptr_t)RTYPEDDATA_DATA(rb_thread_main());
+    if (sdb_read_u64(th + L->thread_ec, &ec) || ec == 0) return;
+    found = 0;
+    for (i = 0; i + 1 < SDB_RACTOR_WORDS; i++) {
+        if (sdb_read(r + 8ull * i, w, sizeof(w))) break;
+        if (w[0] == ec && w[1] == main_th) {
+            rec = r + 8ull * i;
+            found++;
+        }
+    }
+    if (found != 1) return;
+    L->gc_flags_addr = flags;
+    L->running_ec_addr = rec;
+    if (getenv("SDB_DEBUG_LAYOUT"))
+        fprintf(stderr, "sdb: GC words: objspace->flags at vm word, running_ec at main ractor +%llu\n",
+                (unsigned long long)(rec - r));
+#endif
+}
+
 /* ---------- the ID table (for the sidecar's C-function names) ----------
  * The sidecar names a C method by its ID, through ruby_global_symbols
  * (symbol.c: {u32 last_id; st_table *str_sym; VALUE ids; ...}; ids is an
@@ -1340,6 +1417,7 @@ sdb_open(VALUE self)
     }
     sdb.layout.global_symbols_addr = sdb_find_global_symbols(&sdb.layout);
     sdb_check_classes(&sdb.layout, self);
+    sdb_find_gc_words(&sdb.layout);
     memcpy(&sdb.hdr->layout, &sdb.layout, sizeof(sdb.layout));
     sdb_hook_gc();
     sdb.enabled = 1;

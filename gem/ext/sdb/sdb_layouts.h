@@ -43,6 +43,9 @@ struct sdb_layout_row {
     .rstring_noembed_bit = 13, .rstring_heap_len = 16, .rstring_heap_ptr = 24, \
     .rstring_embed_len = 16, .rstring_embed_ary = 24,                       \
     .rstring_embed_len_shift = SDB_NA, .rstring_embed_len_mask = SDB_NA
+/* GC seen from outside: only where the gem cannot hook GC (3.1, see sdb.c sdb_hook_gc) */
+#define SDB_NO_GC_WORDS \
+    .objspace_flags = SDB_NA, .gc_during_bit = SDB_NA, .gc_dont_gc_bit = SDB_NA
 #define SDB_RARRAY(mask)                                                   \
     .rarray_embed_bit = 13, .rarray_embed_len_shift = 15,                   \
     .rarray_embed_len_mask = (mask), .rarray_embed_ary = 16,                \
@@ -51,7 +54,7 @@ struct sdb_layout_row {
 static const struct sdb_layout_row sdb_layout_rows[] = {
     {
         "3.1",
-        "v3_1_2:vm_core.h,iseq.h,method.h,include/ruby/internal/core/rstring.h; "
+        "v3_1_2:vm_core.h,iseq.h,method.h,include/ruby/internal/core/rstring.h,gc.c,ractor_core.h; "
         "ec@40 and status byte 92 measured here on Debian 3.1.2",
         1,
         {
@@ -76,6 +79,10 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
              * path and a singleton's object are ivars; checked at require (sdb_check_classes) */
             .class_ext_ptr = 24, .classext_iv_tbl = 8, .classext_attached_object = SDB_NA,
             .singleton_any_type = 1, .body_builtin_attrs = SDB_NA,
+            /* gc.c: rb_objspace {malloc_params {limit, increase}; flags {mode:2, immediate_sweep:1,
+             * dont_gc:1, dont_incremental:1, during_gc:1, ...}} (MALLOC_ALLOCATED_SIZE is 0):
+             * flags at +16, dont_gc bit 3, during_gc bit 5; the word is proven at require */
+            .objspace_flags = 16, .gc_during_bit = 5, .gc_dont_gc_bit = 3,
             .global_symbols_addr = 0,
         },
     },
@@ -99,7 +106,7 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
             .fl_singleton_bit = 12, .tlast_op_id = 169, .qnil = SDB_NA,
             .class_ext_ptr = SDB_NA, .classext_iv_tbl = SDB_NA, .classext_attached_object = SDB_NA,
             .singleton_any_type = 1, .body_builtin_attrs = SDB_NA,
-            .global_symbols_addr = 0,
+            SDB_NO_GC_WORDS, .global_symbols_addr = 0,
         },
     },
     {
@@ -123,7 +130,7 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
             .class_ext_ptr = SDB_NA, .classext_iv_tbl = SDB_NA, .classext_attached_object = 128,
             .singleton_any_type = 1, .body_builtin_attrs = SDB_NA,
             .fl_singleton_bit = 12, .tlast_op_id = 169, .qnil = 0x04,
-            .global_symbols_addr = 0,
+            SDB_NO_GC_WORDS, .global_symbols_addr = 0,
         },
     },
     {
@@ -149,7 +156,7 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
              * and 7 unsigned ints; checked at require on Integer#-@ (Primitive.attr! :leaf) */
             .singleton_any_type = 0, .body_builtin_attrs = 260,
             .fl_singleton_bit = 13, .tlast_op_id = 170, .qnil = 0x04,
-            .global_symbols_addr = 0,
+            SDB_NO_GC_WORDS, .global_symbols_addr = 0,
         },
     },
     {
@@ -172,7 +179,7 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
             .fl_singleton_bit = 13, .tlast_op_id = 171, .qnil = SDB_NA,
             .class_ext_ptr = SDB_NA, .classext_iv_tbl = SDB_NA, .classext_attached_object = SDB_NA,
             .singleton_any_type = 0, .body_builtin_attrs = SDB_NA,
-            .global_symbols_addr = 0,
+            SDB_NO_GC_WORDS, .global_symbols_addr = 0,
         },
     },
 };

@@ -125,14 +125,23 @@ struct sdb_layout {
     uint16_t singleton_any_type; /* 1: FL_SINGLETON is tested on any defined_class, an ICLASS too
                                   * (rb_profile_frame_singleton_method_p before 3.4); 0: T_CLASS only */
     uint16_t body_builtin_attrs; /* rb_iseq_constant_body.builtin_attrs (3.4+; C_TRACE 0x08: shown as a C method) */
-    uint16_t reserved16[7];
+    /* GC seen from outside (3.1, where the gem hooks no GC: see gc_flags_addr) */
+    uint16_t objspace_flags;     /* offset of rb_objspace.flags (a 32-bit bitfield word) */
+    uint16_t gc_during_bit;      /* bit number of flags.during_gc in that word */
+    uint16_t gc_dont_gc_bit;     /* bit number of flags.dont_gc (the gem proves the word with it) */
+    uint16_t reserved16[4];
     uint64_t global_symbols_addr; /* &ruby_global_symbols when known, else 0 */
     /* IDs of the hidden ivars that hold a class path and a singleton's object where they are
      * ivars (3.1), found at require and checked there on a class of the gem's own; 0: none */
     uint64_t id_classpath;       /* __classpath__ */
     uint64_t id_tmp_classpath;   /* __tmp_classpath__ */
     uint64_t id_attached;        /* __attached__ */
-    uint64_t reserved64[4];
+    /* Found and proven at require (sdb.c: sdb_find_gc_words), 0 when not: the sidecar reads both
+     * words with every tick, and a thread whose ec is the running ec while during_gc is set is
+     * the one collecting. */
+    uint64_t gc_flags_addr;      /* &objspace->flags */
+    uint64_t running_ec_addr;    /* &main_ractor->threads.running_ec (the ec that last took the GVL) */
+    uint64_t reserved64[2];
 };
 
 struct sdb_slot {
@@ -158,7 +167,7 @@ struct sdb_header {
     uint32_t slots_offset;    /* byte offset of slot 0 in the file */
     uint32_t pid;
     uint32_t status;          /* SDB_STATUS_* */
-    uint32_t gc_active;       /* 1 while the VM is in GC (the gem's GC_ENTER/GC_EXIT hook), else 0 */
+    uint32_t gc_active;       /* 1 while the VM is in GC (the gem's GC_ENTER/GC_EXIT hook, 3.3+), else 0 */
     uint64_t proc_start_ticks; /* field 22 of /proc/<pid>/stat: tells a reused pid apart */
     uint64_t created_mono_ns;
     uint64_t gen;             /* bumped after every slot change */

@@ -1,20 +1,11 @@
 from __future__ import annotations
 
 import argparse
-import os
-import shlex
-import shutil
-import subprocess
-import sys
-from typing import Dict, List
 
-from ..ebpf import DEFAULT_MAX_RATE
-from ..errors import Exit, SdbError
+from ..options import Options
 from ..recorder import record
 from ..target import open_target
-
-# the formats `attach` and `record` suggest, in this order, when they are registered
-SUGGESTED_FORMATS = ("collapsed", "speedscope", "flamegraph")
+from .common import add_recording_arguments, finish_recording
 
 
 class AttachCommand:
@@ -30,133 +21,5 @@ class AttachCommand:
     @staticmethod
     def run(args) -> int:
         target = open_target(args.pid)
-        counts = record(target, args.output, args.rate, args.duration, args.quiet, args.max_depth,
-                        ebpf=not args.no_ebpf, ebpf_max_rate=args.ebpf_max_rate)
+        counts = record(target, args.output, Options.from_args(args))
         return finish_recording(args, counts)
-
-
-def add_recording_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rate", "-r", type=positive_float, default=1000.0, help="samples per second (default 1000)")
-    p.add_argument("--duration", "-d", type=positive_float, default=0.0,
-                   help="seconds to record (default: until Ctrl-C or the target exits)")
-    p.add_argument("-o", "--output", default="trace.msgpack", help="trace file (default trace.msgpack)")
-    p.add_argument("--max-depth", type=int, default=2048, help="frames read per stack at most (default 2048)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no status line")
-    p.add_argument("--no-ebpf", action="store_true",
-                   help="do not name ISeqs at birth with eBPF (default: use it when root, bcc, kernel headers "
-                        "and uprobes are there); every ISeq is then named by a remote read at first sight")
-    p.add_argument("--ebpf-max-rate", type=non_negative_float, default=DEFAULT_MAX_RATE, metavar="N",
-                   help=f"ISeqs created per second above which the eBPF probes are paused (each costs the app "
-                        f"~2 us; ISeqs born while paused are named by remote reads); 0: never pause "
-                        f"(default {DEFAULT_MAX_RATE})")
-    formats = symbolizer_formats()
-    p.add_argument("--format", "-f", choices=sorted(formats) or None, metavar="FORMAT",
-                   help="at the end, run sdb-symbolize with this format and write the profile next to the "
-                        "trace" + (f" ({', '.join(sorted(formats))})" if formats else ""))
-
-
-def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0: {text!r}")
-    return v
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
-    return v
-
-
-def check_output_dir(path: str) -> None:
-    """Fail before anything starts when the trace cannot be written (record() checks again)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise SdbError(f"cannot write {path}: no such directory {folder}", Exit.OUTPUT)
-    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise SdbError(f"cannot write {path}: permission denied", Exit.OUTPUT)
-
-
-# ------------------------------------------------------------------ after a recording
-def symbolizer_formats() -> Dict[str, str]:
-    """The formats sdb-symbolize registers: name -> file extension ({} if it cannot be loaded:
-    then --format is checked by sdb-symbolize itself)."""
-    try:
-        from sdb_symbolize.reporters import REPORTERS
-    except Exception:  # a broken symbolizer must not stop a recording
-        return {}
-    return {name: cls.extension or f".{name}" for name, cls in REPORTERS.items()}
-
-
-def profile_path(trace: str, fmt: str) -> str:
-    """Where the profile of `trace` in format `fmt` goes: beside it, trace.msgpack -> trace.<ext>."""
-    ext = symbolizer_formats().get(fmt) or f".{fmt}"
-    stem = trace[:-len(".msgpack")] if trace.endswith(".msgpack") else trace
-    return stem + ext
-
-
-def symbolize_argv() -> List[str]:
-    """How to run the sdb-symbolize that belongs with this sdb-sidecar, as short as it can be."""
-    here = os.path.join(os.path.dirname(sys.executable), "sdb-symbolize")
-    on_path = shutil.which("sdb-symbolize")
-    if on_path and os.access(here, os.X_OK) and os.path.samefile(on_path, here):
-        return ["sdb-symbolize"]
-    if os.access(here, os.X_OK):
-        return [here]
-    return [sys.executable, "-m", "sdb_symbolize.cli"]
-
-
-def symbolize_command(trace: str, fmt: str) -> List[str]:
-    return [*symbolize_argv(), trace, "--format", fmt, "-o", profile_path(trace, fmt)]
-
-
-def finish_recording(args, counts: dict) -> int:
-    """After attach/record: run sdb-symbolize (--format), or print the commands to run.
-    Returns sdb-symbolize's exit code (0 when it was not run)."""
-    if args.format:
-        out = profile_path(args.output, args.format)
-        cmd = [sys.executable, "-m", "sdb_symbolize.cli", args.output, "--format", args.format, "-o", out]
-        rc = subprocess.run(cmd, stdin=subprocess.DEVNULL).returncode
-        if rc != 0:
-            sys.stderr.write(f"sdb: sdb-symbolize failed (exit {rc}); the trace is kept: {args.output}\n")
-        elif not args.quiet:
-            sys.stderr.write(f"sdb: wrote {counts['samples']} samples of {counts['threads']} threads to "
-                             f"{args.output} ({ending(counts, args)}), the {args.format} profile to {out}\n")
-        return rc
-    if not args.quiet:
-        print_next_steps(args.output, counts, args)
-    return 0
-
-
-def ending(counts: dict, args) -> str:
-    """Why the recording ended, and what it could not name, in words."""
-    reason = counts.get("reason")
-    duration = getattr(args, "duration", 0) or 0
-    words = {"duration": f"the {duration:g} s asked for ended", "interrupted": "interrupted",
-             "target-exited": "the program exited", "stalled": "the sampler stalled",
-             "target-exec": "the program exec'd another program",
-             "stopped": "stopped"}.get(reason, str(reason))
-    unnamed = counts.get("unnamed") or {}
-    parts = [f"{n} {one if n == 1 else many}" for one, many, n in
-             (("ISeq", "ISeqs", unnamed.get("iseqs", 0)),
-              ("method entry", "method entries", unnamed.get("methods", 0))) if n]
-    if parts:
-        words += f"; unnamed: {' and '.join(parts)} (gone before they could be read)"
-    return words
-
-
-def print_next_steps(output: str, counts: dict, args=None) -> None:
-    formats = symbolizer_formats()
-    suggested = [f for f in SUGGESTED_FORMATS if f in formats] or sorted(formats)[:1] or ["collapsed"]
-    lines = [f"sdb: wrote {counts['samples']} samples of {counts['threads']} threads to {output} "
-             f"({ending(counts, args)})",
-             "sdb: next, make a profile with one of:"]
-    lines += ["  " + shlex.join(symbolize_command(output, f)) for f in suggested]
-    sys.stderr.write("\n".join(lines) + "\n")

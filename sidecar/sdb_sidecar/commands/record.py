@@ -13,9 +13,10 @@ from typing import Dict, List, Optional
 
 from .. import __version__
 from ..errors import Exit, SdbError
+from ..options import Options
 from ..recorder import record
 from ..target import open_target, registry_path
-from .attach import add_recording_arguments, check_output_dir, finish_recording
+from .common import add_recording_arguments, check_output_dir, finish_recording
 
 RUBY_NAME = re.compile(r"^ruby[0-9.]*$")
 REGISTRY_POLL_S = 0.01
@@ -95,9 +96,9 @@ class Recording:
             try:
                 target = self.wait_for_target()
                 if target is not None:
-                    counts = record(target, self.args.output, self.args.rate, self.args.duration, True,
-                                    self.args.max_depth, on_signal=self.on_signal, ebpf=not self.args.no_ebpf,
-                                    ebpf_max_rate=self.args.ebpf_max_rate)
+                    # quiet: the program owns the terminal
+                    counts = record(target, self.args.output, Options.from_args(self.args, quiet=True),
+                                    on_signal=self.on_signal)
             except SdbError as e:  # the program runs on, unrecorded, as it would without sdb
                 error = e
                 sys.stderr.write(f"sdb-sidecar: error: {e} (the program runs on, unrecorded)\n")

@@ -5,15 +5,16 @@ import curses
 import os
 import signal
 import sys
-import threading
 import time
 
 from .. import _sampler
 from ..errors import Exit, SdbError
+from ..options import TOP_RATE_HZ, TOP_WINDOW_S, Options
 from ..live import LiveProfile, Settings, TABLE_HEAD, command_text, screen_lines
-from ..recorder import DRAIN_INTERVAL_S, Drainer, _alive
+from ..process import alive
+from ..session import DRAIN_INTERVAL_S, Session
 from ..target import check_readable, open_target, permission_error
-from .attach import positive_float
+from .common import add_depth_argument, positive_float
 
 REFRESH_S = 1.0
 SORT_KEYS = {ord("1"): 0, ord("2"): 1, ord("3"): 2, ord("4"): 3, ord("o"): 0, ord("t"): 1}
@@ -28,30 +29,31 @@ class TopCommand:
     @staticmethod
     def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument("--pid", "-p", type=int, required=True, help="the Ruby process to watch")
-        p.add_argument("--rate", "-r", type=positive_float, default=100.0, help="samples per second (default 100)")
-        p.add_argument("--window", "-w", type=positive_float, default=10.0,
-                       help="seconds of samples the table counts (default 10)")
-        p.add_argument("--max-depth", type=int, default=2048, help="frames read per stack at most (default 2048)")
+        p.add_argument("--rate", "-r", type=positive_float, default=TOP_RATE_HZ,
+                       help=f"samples per second (default {TOP_RATE_HZ:g})")
+        p.add_argument("--window", "-w", type=positive_float, default=TOP_WINDOW_S,
+                       help=f"seconds of samples the table counts (default {TOP_WINDOW_S:g})")
+        add_depth_argument(p)
 
     @staticmethod
     def run(args) -> int:
         target = open_target(args.pid)
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
             raise SdbError("top draws on a terminal: run it in one (or use attach/snapshot)", Exit.USAGE)
-        sampler = _sampler.Sampler(target.registry, target.pid, args.rate, args.max_depth)
+        # the watcher needs no eBPF: names are read when first sampled
+        opts = Options.from_args(args, quiet=True, ebpf=False, duration_s=0.0)
+        sampler = _sampler.Sampler(target.registry, target.pid, opts.rate_hz, opts.max_depth)
         check_readable(target.pid, target.registry, sampler)
-        live = LiveProfile({"pid": target.pid, "ruby": target.info["ruby"], "rate_hz": args.rate}, args.window)
-        drainer = Drainer(target, sampler, live)
-        result = []
-        worker = threading.Thread(target=lambda: result.append(sampler.run(0)), name="sdb-sampler", daemon=True)
-        info = {"pid": target.pid, "command": command_text(target.command), "rate_hz": args.rate,
+        live = LiveProfile({"pid": target.pid, "ruby": target.info["ruby"], "rate_hz": opts.rate_hz}, args.window)
+        session = Session(target, sampler, live, opts)
+        info = {"pid": target.pid, "command": command_text(target.command), "rate_hz": opts.rate_hz,
                 "window_s": args.window, "achieved_hz": 0.0, "exited": False,
                 "ruby": target.info["ruby"] + (" +YJIT" if "+YJIT" in target.info.get("ruby_description", "")
                                                else "")}
         old = {s: signal.signal(s, _quit) for s in (signal.SIGTERM, signal.SIGHUP)}
-        worker.start()
+        session.start()
         try:
-            curses.wrapper(Screen(sampler, drainer, live, info, worker).loop)
+            curses.wrapper(Screen(session, live, info).loop)
         except (_Quit, KeyboardInterrupt):
             pass
         except curses.error as e:
@@ -60,9 +62,9 @@ class TopCommand:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
-            sampler.stop()
-            worker.join(5)
-        if result and result[0] == "permission":
+            session.abort()
+            session.close()
+        if session.reason() == "permission":
             raise permission_error(target.pid, PermissionError(1, "Operation not permitted"))
         return 0
 
@@ -76,12 +78,11 @@ def _quit(signum, frame):
 
 
 class Screen:
-    def __init__(self, sampler, drainer: Drainer, live: LiveProfile, info: dict, worker: threading.Thread):
-        self.sampler = sampler
-        self.drainer = drainer
+    def __init__(self, session: Session, live: LiveProfile, info: dict):
+        self.session = session
+        self.sampler = session.sampler
         self.live = live
         self.info = info
-        self.worker = worker
         self.settings = Settings()
         self.lines = []
         self.exited_ns = 0      # when the target was seen gone: the window stops moving there
@@ -97,9 +98,9 @@ class Screen:
             key = scr.getch()
             if key in (ord("q"), ord("Q")):
                 return
-            if self.worker.is_alive() or not self.info["exited"]:
-                self.drainer.drain()
-                if not self.worker.is_alive() or not _alive(self.info["pid"]):
+            if self.session.running() or not self.info["exited"]:
+                self.session.step(wait=False)       # the keyboard's timeout paces the drains
+                if not self.session.running() or not alive(self.info["pid"]):
                     self.sampler.stop()
                     self.info["exited"] = True
                     self.exited_ns = _sampler.monotonic_ns()

@@ -1,0 +1,186 @@
+"""Turns what the sampler gathered into trace records, and names what its samples show first (ISeqs,
+method entries) by eBPF's births or by reading the target."""
+from __future__ import annotations
+
+from typing import Optional
+
+from sdb_trace import TraceWriter
+
+from . import _sampler
+from .ebpf import EbpfSymbolizer
+from .symbols import RemoteReadError, RemoteRuby
+from .target import Target
+
+# the name of a sampled ISeq that was gone before it could be read (without eBPF to name it at birth)
+UNKNOWN_ISEQ = {"label": "(unknown)", "base_label": "(unknown)", "path": "", "realpath": None, "first_line": 0,
+                "type": -1}
+
+
+class Drainer:
+    """Turns what the sampler gathered into trace records, and names the ISeqs it saw first.
+
+    A name must hold for every sample that uses it. The sampler hands over each ISeq address it
+    saw first with `lo`, the earliest moment that sample's frames may have been copied, and the
+    instructions' address it saw there. With eBPF attached, every ISeq born has a record by the
+    time the Drainer looks (`EbpfSymbolizer.sync`): one born at the address at or before `lo`,
+    with those instructions, names it, no read needed; otherwise it is read from the target now,
+    and that name holds back to `lo` only if no ISeq was born at the address in between (eBPF
+    attached all that time says so); if one was, the read named its successor and the sample's
+    ISeq is `(unknown)`. Without eBPF (or across one of its pauses) births are not seen: a read
+    that finds other instructions at the address names nothing; one that finds the same is taken
+    (`unproven` counts those)."""
+
+    BIRTHS_KEPT = 4     # per address: enough for the births since any pending read's `lo`
+
+    def __init__(self, target: Target, sampler: "_sampler.Sampler", writer: TraceWriter,
+                 ebpf: Optional[EbpfSymbolizer] = None):
+        self.target = target
+        self.sampler = sampler
+        self.writer = writer
+        self.remote = RemoteRuby(sampler, target.registry.layout)
+        self.symbol_errors = 0      # names that could not be read (the ISeq or method entry was gone)
+        self.superseded = 0         # remote reads that found a successor born since the sample
+        self.unproven = 0           # remote names taken without eBPF's proof that nothing was born between
+        self.unnamed_iseqs = 0      # ISeqs written as (unknown): gone, replaced, or superseded before the read
+        self.unnamed_methods = 0    # method entries written without a name
+        self.ebpf = ebpf            # set once the eBPF symbolizer is attached (EbpfStarter)
+        self.names: dict = {}       # addr -> (the name last written for it, its at_ns): a GC move carries it
+        self.births: dict = {}      # addr -> [(at_ns, name or None, instructions)], eBPF births, oldest first
+        self.to_read: list = []     # [(addr, lo_ns, instructions)]: ISeqs to name by reading the target
+        self.ebpf_announced = False     # the trace's ebpf_attached record is written
+
+    def write_iseq(self, addr: int, at_ns: int, source: str, info: dict, **extra) -> None:
+        self.remote.forget(addr)    # a new ISeq here: cached facts about the address are stale
+        self.names[addr] = (info, at_ns)
+        self.writer.iseq(addr, at_ns=at_ns, source=source, **info, **extra)
+
+    def name_holds(self, addr: int, at_ns: int) -> bool:
+        """The name last written for addr still holds at at_ns: written while the eBPF creation
+        probes were attached, and they stayed attached until at_ns (no ISeq was born there unseen)."""
+        prev = self.names.get(addr)
+        return prev is not None and self.ebpf is not None and self.ebpf.attached_throughout(prev[1], at_ns)
+
+    def _born(self, addr: int, at_ns: int, info: Optional[dict], encoded: int) -> None:
+        b = self.births.setdefault(addr, [])
+        b.append((at_ns, info, encoded))
+        if len(b) > 1 and b[-2][0] > at_ns:
+            b.sort(key=lambda x: x[0])
+        del b[:-self.BIRTHS_KEPT]
+
+    def named_at_birth(self, addr: int, lo: int, encoded: int) -> bool:
+        """eBPF named the ISeq at addr that a sample showed (copied at lo or later) at its birth: the
+        last birth there at or before lo has a name, these instructions, and no birth came unseen
+        from it to lo."""
+        ebpf = self.ebpf
+        if ebpf is None:
+            return False
+        births = self.births.get(addr)
+        if not births:
+            return False
+        last = None
+        for b in births:
+            if b[0] <= lo:
+                last = b
+        return (last is not None and last[1] is not None and (not encoded or not last[2] or last[2] == encoded)
+                and ebpf.attached_throughout(last[0], lo))
+
+    def born_between(self, addr: int, lo: int, hi: int) -> bool:
+        return any(lo < b[0] <= hi for b in self.births.get(addr, ()))
+
+    def sync_ebpf(self) -> None:
+        """Every eBPF record written until now, into the trace."""
+        if self.ebpf is not None:
+            self.ebpf.sync()
+            self.drain_ebpf()
+
+    def name_remotely(self) -> None:
+        """Name the ISeqs in to_read by reading them (see the class's docstring)."""
+        reads, self.to_read = self.to_read, []
+        done = []
+        for addr, lo, encoded in reads:
+            if self.named_at_birth(addr, lo, encoded):
+                continue
+            self.remote.forget(addr)
+            try:
+                if encoded and self.remote.u64(self.remote.iseq_body(addr) + self.remote.L["body_iseq_encoded"],
+                                               "ISeq instructions") != encoded:
+                    raise RemoteReadError(f"ISeq 0x{addr:x} was replaced before it was read")
+                info = self.remote.iseq_info(addr)
+            except RemoteReadError:
+                self.symbol_errors += 1
+                info = None
+            done.append((addr, lo, info, _sampler.monotonic_ns()))
+        if not done:
+            return
+        self.sync_ebpf()        # births until after the reads
+        for addr, lo, info, read_ns in done:
+            if info is not None:
+                if self.ebpf is not None and self.ebpf.attached_throughout(lo, read_ns):
+                    if self.born_between(addr, lo, read_ns):
+                        self.superseded += 1
+                        info = None
+                else:
+                    self.unproven += 1
+            if info is None:
+                self.unnamed_iseqs += 1
+            self.write_iseq(addr, lo, "remote", info if info is not None else UNKNOWN_ISEQ)
+
+    def drain_ebpf(self) -> None:
+        """ISeqs named at birth by eBPF (source "ebpf", the event's time); moves keep a name."""
+        for ev in self.ebpf.take():
+            kind, addr = ev["kind"], ev.get("addr")
+            if kind == "new":
+                info = {k: ev[k] for k in ("label", "base_label", "path", "realpath", "first_line", "type")}
+                self._born(addr, ev["at_ns"], info, ev["encoded"])
+                self.write_iseq(addr, ev["at_ns"], "ebpf", info)
+            elif kind == "remote":      # a string longer than the probe copies: read it here
+                self._born(addr, ev["at_ns"], None, ev["encoded"])
+                self.to_read.append((addr, ev["at_ns"], ev["encoded"]))
+            elif kind == "move":
+                self._born(addr, ev["at_ns"], None, 0)
+                if self.name_holds(ev["from"], ev["at_ns"]):
+                    self.write_iseq(addr, ev["at_ns"], "move", self.names[ev["from"]][0], moved_from=ev["from"])
+                elif addr in self.names:
+                    # an ISeq whose name is unknown here (or uncertain: a pause came between) took
+                    # the place of a named one: read remotely when sampled
+                    self.write_iseq(addr, ev["at_ns"], "move", UNKNOWN_ISEQ, moved_from=ev["from"])
+            elif kind == "pause":
+                self.writer.ebpf_pause(ev["at_ns"], rate=ev["rate"], backoff_s=ev["backoff_s"])
+            elif kind == "resume":
+                self.writer.ebpf_resume(ev["at_ns"])
+
+    def drain(self) -> dict:
+        d = self.sampler.drain(encode_samples=True)
+        w = self.writer
+        if self.ebpf is not None and not self.ebpf_announced:
+            self.ebpf_announced = True
+            w.ebpf_attached(self.ebpf.attached_ns, self.ebpf.attach_kind)
+        self.sync_ebpf()        # every ISeq the samples above show was born before this
+        for ev in d["threads"]:
+            if not ev["ended"]:
+                w.thread(ev["serial"], ev["tid"], ev["name"], ev["start_ns"], ev["flags"], ev["at_ns"])
+        for (addr, lo), encoded in zip(d["new_iseqs"], d["new_iseq_encoded"]):
+            self.to_read.append((addr, lo, encoded))
+        self.name_remotely()
+        for me, at_ns in d["new_mes"]:
+            try:
+                m = self.remote.method_info(me)
+            except RemoteReadError:
+                self.symbol_errors += 1
+                m = {"name": None, "type": -1, "class_path": None, "singleton": False}
+            if m["name"] is None:
+                self.unnamed_methods += 1
+            w.method(me, at_ns=at_ns, source="remote", **m)
+        if d["frame_kind"]:
+            lines = [self.remote.line(i, pc) if k == 0 else 0
+                     for k, i, pc in zip(d["frame_kind"], d["frame_iseq"], d["frame_pc"])]
+            w.frames(d["first_frame"], d["frame_kind"], d["frame_iseq"], d["frame_pc"], d["frame_me"], lines)
+        if d["stacks"]:
+            w.stacks(d["first_stack"], d["stacks"])
+        if d["samples_record"] is not None:
+            w.encoded(d["samples_record"])
+        for ev in d["threads"]:
+            if ev["ended"]:
+                w.thread_end(ev["serial"], ev["at_ns"])
+        w.flush()
+        return d

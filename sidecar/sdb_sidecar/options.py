@@ -1,0 +1,34 @@
+"""How a recording runs: one type, every default written once (the commands' options and --help,
+snapshot and top take them from here)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .ebpf import DEFAULT_MAX_RATE
+
+TOP_RATE_HZ = 100.0          # top samples more gently by default: it is watched, not kept
+TOP_WINDOW_S = 10.0
+
+
+@dataclass(frozen=True)
+class Options:
+    rate_hz: float = 1000.0          # samples per second
+    duration_s: float = 0.0          # 0: until Ctrl-C, SIGTERM or the target's exit
+    max_depth: int = 2048            # frames read per stack at most
+    quiet: bool = False              # no status line
+    ebpf: bool = True                # name ISeqs at birth with eBPF where the machine allows it
+    ebpf_max_rate: float = DEFAULT_MAX_RATE   # ISeqs/s above which eBPF's creation probes pause (0: never)
+
+    @classmethod
+    def from_args(cls, args, **overrides) -> "Options":
+        """From the parsed command line of attach, record or top (options a command lacks keep
+        their defaults)."""
+        d = DEFAULTS
+        opts = cls(rate_hz=getattr(args, "rate", d.rate_hz), duration_s=getattr(args, "duration", d.duration_s),
+                   max_depth=getattr(args, "max_depth", d.max_depth), quiet=getattr(args, "quiet", d.quiet),
+                   ebpf=not getattr(args, "no_ebpf", not d.ebpf),
+                   ebpf_max_rate=getattr(args, "ebpf_max_rate", d.ebpf_max_rate))
+        return replace(opts, **overrides)
+
+
+DEFAULTS = Options()

@@ -1,0 +1,289 @@
+"""A recording session of one process: the Sampler in a thread of its own (no GIL), the Drainer that
+turns what it gathers into records for a writer (every half second, or within 20 ms when something
+new must be named), the eBPF programs compiled and attached beside it, and the checks on the target
+(exited, exec'd). `attach`/`record` (recorder.record: a trace file), `top` (a LiveProfile) and
+`snapshot` (a MemoryTrace, one tick) all run one."""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Optional
+
+from sdb_trace import TraceWriter
+
+from . import _leftright, _sampler
+from .drainer import Drainer
+from .ebpf import DEFAULT_MAX_RATE, EbpfSymbolizer, EbpfUnavailable
+from .kview import KernelView
+from .options import Options
+from .process import alive, execd_another, exiting, pidfd
+from .target import Target
+from .wakeup import Wakeup
+
+DRAIN_INTERVAL_S = 0.1        # the shortest gap between two drains (and top's refresh) ...
+NAMING_INTERVAL_S = 0.02      # ... but for one that names what a sample showed first: read it while it holds
+DRAIN_MAX_S = 0.5             # the longest: a drain wakes the Python thread, ~250 us of CPU here
+STALL_GRACE_S = 3.0
+
+
+def start_ebpf(target: Target, max_rate: float = DEFAULT_MAX_RATE) -> EbpfSymbolizer:
+    """The eBPF symbolizer for this target, attached (EbpfUnavailable says why not). The sampler
+    uses its names once given `sym.named` (EbpfStarter)."""
+    sym = EbpfSymbolizer(target.pid, target.registry.layout, _leftright.LeftRightMap(4096), max_rate)
+    sym.start()
+    return sym
+
+
+class EbpfStarter:
+    """Compiles and attaches the eBPF programs beside the sampling, which starts at once (bcc's
+    compile takes a second or more, several on a busy machine): ISeqs born before the probes are in
+    are named by remote reads, as those alive before the recording are. On Ruby 3.1 the kernel
+    view comes with them; procfs tells the sampler which threads ran until then."""
+
+    _threads: list = []     # every starter's thread (compiling() asks if one still runs)
+
+    @classmethod
+    def compiling(cls) -> bool:
+        """A starter thread still runs (compiling or attaching) in this process."""
+        return any(t.is_alive() for t in cls._threads)
+
+    def __init__(self, target: Target, sampler: "_sampler.Sampler", drainer: Drainer, max_rate: float):
+        self.target, self.sampler, self.drainer, self.max_rate = target, sampler, drainer, max_rate
+        self.symbolizer: Optional[EbpfSymbolizer] = None
+        self.kernel_view: Optional[KernelView] = None
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._thread = threading.Thread(target=self._start, name="sdb-ebpf-start", daemon=True)
+        EbpfStarter._threads.append(self._thread)
+        self._thread.start()
+
+    def _start(self) -> None:
+        sym = kv = None
+        try:
+            sym = start_ebpf(self.target, self.max_rate)
+        except Exception as e:      # the recording goes on without eBPF whatever happened here
+            why = str(e) if isinstance(e, EbpfUnavailable) else f"{e.__class__.__name__}: {e}"
+            with self._lock:
+                # a program that is over (or a recording that ended) needs no eBPF: nothing to say
+                if not self._cancelled and not exiting(self.target.pid):
+                    sys.stderr.write(f"sdb: notice: no eBPF symbolizer ({why}); ISeqs are named by remote reads\n")
+        try:
+            kv = start_kernel_view(self.target, self.sampler, notice=sym is not None and not exiting(self.target.pid))
+        except Exception:
+            kv = None       # procfs tells the sampler which threads ran, as before the view came
+        with self._lock:
+            if self._cancelled:     # the recording ended while we compiled
+                if sym is not None:
+                    sym.close()
+                stop_kernel_view(self.sampler, kv)
+                return
+            self.kernel_view = kv
+            if sym is not None:
+                self.sampler.use_named(sym.named)
+                self.symbolizer = sym
+                self.drainer.ebpf = sym
+
+    def finish(self) -> None:
+        """The recording is over: what is attached stays for the final drain (the caller closes it);
+        what is still being compiled is closed as soon as it is done."""
+        with self._lock:
+            self._cancelled = True
+
+
+def start_kernel_view(target: Target, sampler: "_sampler.Sampler", notice: bool) -> Optional[KernelView]:
+    """Ruby 3.1: the kernel view of the target's threads (kview.py) for the sampler, or None (with
+    one notice if `notice`: when eBPF itself is missing, the symbolizer's notice said so)."""
+    if not sampler.uses_thread_status:
+        return None                     # Ruby >= 3.2: the gem's GVL hooks tell the sampler
+    kv = KernelView(target.pid)
+    try:
+        kv.start()
+    except EbpfUnavailable as e:
+        if notice:
+            sys.stderr.write(f"sdb: notice: no kernel view of the threads ({e}); the sampler asks procfs\n")
+        return None
+    sampler.use_kernel_view(kv.address, kv.slots)
+    return kv
+
+
+def stop_kernel_view(sampler: "_sampler.Sampler", kv: Optional[KernelView], sampler_thread=None) -> None:
+    """Unmap the kernel view once the sampler can no longer read it (a stalled sampler thread keeps
+    it: the process's exit takes it away)."""
+    if kv is None or (sampler_thread is not None and sampler_thread.is_alive()):
+        return
+    sampler.use_kernel_view(0, 0)
+    kv.close()
+
+
+def threads_from(sampler: "_sampler.Sampler", kv: Optional[KernelView]) -> str:
+    """What told the sampler which threads ran: the gem (Ruby >= 3.2), the kernel view, or procfs."""
+    if not sampler.uses_thread_status:
+        return "gem"
+    return "kernel_view" if kv is not None else "procfs"
+
+
+class DrainWaiter:
+    """When the recorder drains: DRAIN_MAX_S after the last drain, or sooner, though never less than
+    NAMING_INTERVAL_S after it, when the sampler signals `wakeup` (something new to name: an ISeq must
+    be read while it still holds), the target exits (its pidfd) or the sampler thread ends. In between
+    the Python thread sleeps: in a steady recording it wakes twice a second."""
+
+    def __init__(self, pidfd: int, thread: threading.Thread):
+        self.wakeup = Wakeup()
+        self.fds = [pidfd] if pidfd >= 0 else []
+        self.thread = thread
+        self.ended = False
+        self.last = time.monotonic()
+
+    def sampler_ended(self) -> None:
+        """Called by the sampler thread as it ends: the loop drains once more without waiting."""
+        self.ended = True
+        self.wakeup.signal()
+
+    def wait(self) -> None:
+        timeout = self.last + DRAIN_MAX_S - time.monotonic()
+        if self.ended:
+            self.thread.join(DRAIN_INTERVAL_S)
+        elif timeout > 0:
+            if self.wakeup.wait(self.fds, timeout):
+                # at most one drain per NAMING_INTERVAL_S: the ISeqs of a burst are named together
+                gap = self.last + NAMING_INTERVAL_S - time.monotonic()
+                if gap > 0:
+                    self.thread.join(gap)
+        self.last = time.monotonic()
+
+
+class Session:
+    """One recording of one process, into `writer`:
+
+        session = Session(target, sampler, writer, opts)
+        session.start()
+        while session.running():
+            session.step()          # waits for the next drain, drains, checks the target
+        session.close()             # the last drain, eBPF detached; then session.counts()
+
+    `interrupt()` (a signal handler may call it) ends it early; `abort()` stops the sampler thread
+    when an exception leaves the loop (it runs without the GIL and must not outlive the interpreter).
+    `snapshot` runs none of the loop: `tick()` samples once, in the caller's thread."""
+
+    def __init__(self, target: Target, sampler: "_sampler.Sampler", writer: TraceWriter, opts: Options):
+        self.target, self.sampler, self.opts = target, sampler, opts
+        self.drainer = Drainer(target, sampler, writer)
+        self.thread = threading.Thread(target=self._sample, name="sdb-sampler", daemon=True)
+        self.waiter = DrainWaiter(pidfd(target.pid), self.thread)
+        self.starter: Optional[EbpfStarter] = None
+        self.symbolizer: Optional[EbpfSymbolizer] = None
+        self.kernel_view: Optional[KernelView] = None
+        self.result: list = []          # what sampler.run returned: why it ended
+        self.interrupted = False
+        self.execd = False
+        self.stalled = False
+        self.started = 0.0
+        self._errors_seen, self._maps_checked = 0, 0.0
+
+    def _sample(self) -> None:
+        try:
+            self.result.append(self.sampler.run(self.opts.duration_s))
+        finally:
+            self.waiter.sampler_ended()
+
+    def start(self) -> None:
+        """Sampling first; eBPF (opts.ebpf) is compiled and attached beside it."""
+        self.started = time.monotonic()
+        self.sampler.set_wake_fd(self.waiter.wakeup.fd)
+        self.thread.start()
+        if self.opts.ebpf:
+            self.starter = EbpfStarter(self.target, self.sampler, self.drainer, self.opts.ebpf_max_rate)
+
+    def tick(self) -> bool:
+        """One tick in this thread and its drain (snapshot); False when the target cannot be read."""
+        if not self.sampler.sample_once():
+            return False
+        self.drainer.drain()
+        return True
+
+    def running(self) -> bool:
+        return self.thread.is_alive() and not self.stalled
+
+    def interrupt(self) -> None:
+        self.interrupted = True
+        self.sampler.stop()
+
+    def step(self, wait: bool = True) -> dict:
+        """Wait for the next drain (unless told not to), drain, check the target; the sampler's stats."""
+        if wait:
+            self.waiter.wait()
+        self.drainer.drain()
+        pid = self.target.pid
+        if not alive(pid):
+            self.sampler.stop()
+        st = self.sampler.stats()
+        if st["errors"] > self._errors_seen and time.monotonic() - self._maps_checked >= DRAIN_MAX_S:
+            # reads failed outright: a thread ended mid-read, or the program exec'd another one
+            # (same pid, none of the memory the registry points into): its registry is no
+            # longer mapped then, and the recording ends. The maps of a large app take ~1 ms
+            # to read: asked at most every DRAIN_MAX_S, however often threads end mid-read.
+            self._errors_seen, self._maps_checked = st["errors"], time.monotonic()
+            if not self.execd and execd_another(pid, self.target.registry_ino):
+                self.execd = True
+                self.sampler.stop()
+        # a watchdog that needs nothing from the sampler thread: a recording never outlives its
+        # duration by more than a few seconds, whatever happens to that thread
+        duration_s = self.opts.duration_s
+        if duration_s and time.monotonic() - self.started > duration_s + STALL_GRACE_S:
+            self.sampler.stop()
+            self.thread.join(STALL_GRACE_S)
+            if self.thread.is_alive():
+                self.stalled = True
+        return st
+
+    def abort(self) -> None:
+        self.sampler.stop()
+        self.thread.join(STALL_GRACE_S)
+
+    def drain_last(self) -> None:
+        """After the loop: what the sampler gathered since the last step (not from a stalled one)."""
+        if not self.stalled:
+            self.drainer.drain()
+
+    def close(self) -> None:
+        """eBPF detached (its last births written, the ISeqs still to read named), the kernel view
+        unmapped, the wake-up closed; each only once nothing can use it any more."""
+        if self.starter is not None:
+            self.starter.finish()
+            self.symbolizer, self.kernel_view = self.starter.symbolizer, self.starter.kernel_view
+        if self.symbolizer is not None:
+            self.symbolizer.close()
+            self.drainer.drain_ebpf()
+            self.drainer.name_remotely()
+        stop_kernel_view(self.sampler, self.kernel_view, self.thread)
+        if not self.thread.is_alive():           # a stalled sampler thread may still write to it
+            self.sampler.set_wake_fd(-1)
+            self.waiter.wakeup.close()
+
+    def reason(self) -> str:
+        """Why the recording ended, as the trace's end record says it."""
+        why = self.result[0] if self.result else "stopped"
+        if self.stalled:
+            why = "stalled"
+        if self.interrupted:
+            return "interrupted"
+        if self.execd:
+            return "target-exec"
+        if why == "stopped" or why == "target-exited":
+            return "target-exited" if not alive(self.target.pid) else why
+        return why
+
+    def counts(self) -> dict:
+        """The closing counts (the trace's end record)."""
+        stats = self.sampler.stats()
+        d = self.drainer
+        return {"at_ns": _sampler.monotonic_ns(), "reason": self.reason(), "ticks": stats["ticks"],
+                "late": stats["late"], "missed": stats["missed"], "samples": stats["samples"], "torn": stats["torn"],
+                "retried": stats["retried"], "reused": stats["reused"], "errors": stats["errors"],
+                "threads": stats["threads"], "symbol_errors": d.symbol_errors,
+                "names_superseded": d.superseded, "names_unproven": d.unproven,
+                "unnamed": {"iseqs": d.unnamed_iseqs, "methods": d.unnamed_methods},
+                "ebpf": self.symbolizer.summary() if self.symbolizer is not None else None,
+                "threads_from": threads_from(self.sampler, self.kernel_view)}
