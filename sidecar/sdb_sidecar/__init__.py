@@ -1,1 +1,3 @@
-from sdb_trace import __version__  # noqa: F401  (one version, written in sdb_trace)
+from sdb_trace import __version__  # one version, written in sdb_trace
+
+__all__ = ["__version__"]

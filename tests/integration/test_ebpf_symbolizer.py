@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import SDB_RUBY, ebpf_attached_so_far, read_trace, samples_so_far, wait_for
+from conftest import ebpf_attached_so_far, read_trace, samples_so_far, wait_for
 
 from sdb_sidecar.ebpf import EbpfUnavailable, check_available
 

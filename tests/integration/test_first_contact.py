@@ -3,15 +3,13 @@ milliseconds (sampling does not wait for eBPF to compile), every frame of it nam
 two processes of the same Ruby each get eBPF naming; the end record counts what stayed unnamed."""
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pytest
 
 from conftest import (PROGRAMS, SIDECAR, SYMBOLIZE, ebpf_attached_so_far, read_trace, ruby_cmd, ruby_env,
-                      samples_so_far, wait_for)
+                      wait_for)
 from sdb_symbolize.reporters.json_lines import read_samples
-from sdb_trace import KIND_RUBY
 
 from test_ebpf_symbolizer import ebpf_missing
 

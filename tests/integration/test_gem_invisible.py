@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import PROGRAMS, REPO, SDB_RUBY, SDB_RUBY_ARGS, ruby_env
+from conftest import PROGRAMS, SDB_RUBY, SDB_RUBY_ARGS, ruby_env
 
 MODES = {"without sdb": ([], {}), "-rsdb": (["-rsdb"], {}), "require mid-program": ([], {"INVISIBLE_LATE_REQUIRE": "1"})}
 

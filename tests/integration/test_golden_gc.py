@@ -7,7 +7,6 @@ collection)` frame (kind 4) on top of the stack of the thread holding the GVL wh
 (ARCHITECTURE.md, "GC")."""
 from __future__ import annotations
 
-import pytest
 
 from conftest import run_sidecar
 from sdb_symbolize.resolve import Resolver
