@@ -1,0 +1,76 @@
+"""A soak under sampling at 10 kHz: tests/programs/soak.rb does at once what moves a Ruby process's
+stacks and objects (threads and fibers made and ended, methods defined by eval while GC.compact moves
+the heap, exceptions raised 12 deep, children forked), then Ractors that each make a thread. Recorded
+from outside, it prints what it prints unrecorded and without the gem, every process exits 0, and
+every frame of the trace carries the program's or Ruby's own names (an `(unknown)` is counted, not a
+wrong name). SDB_SOAK_SCALE=3 makes it the minute-long soak (1: about 20 s here, in make test)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+from conftest import PROGRAMS, SYMBOLIZE, read_trace, ruby_cmd, ruby_env, samples_so_far, wait_for
+from sdb_symbolize.reporters.json_lines import read_samples
+
+SCALE = os.environ.get("SDB_SOAK_SCALE", "1")
+SOAK = PROGRAMS / "soak.rb"
+# the program's own methods, and what its eval defines
+OWN = re.compile(r"^(?:(?:block|rescue|ensure)(?: \(\d+ levels\))? in )*(?:Object#|Soak#)?"
+                 r"(deep_raise|thread_churn|fiber_churn|compact_eval|exceptions|forks|ractors|m\d+|<main>)$")
+# a method of Ruby's own classes, as C functions and Ruby's built-in Ruby methods are named
+RUBYS = re.compile(r"^(?:(?:block|rescue|ensure)(?: \(\d+ levels\))? in )*[A-Z][A-Za-z0-9_]*(?:::[A-Z][A-Za-z0-9_]*)*"
+                   r"[#.](?:[a-z_][A-Za-z0-9_]*[?!=]?|[^A-Za-z0-9_\s;()]+)$")
+
+
+def unrecorded(tmp_path, with_gem: bool) -> str:
+    args = [SCALE, "sdb"] if with_gem else [SCALE]
+    r = subprocess.run(ruby_cmd(SOAK, *args), input="go\n", capture_output=True, text=True, timeout=1800,
+                       cwd=str(tmp_path), env=ruby_env(with_gem))
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_soak_at_10khz_changes_no_output_and_names_frames_only_with_real_names(ruby_target, sidecar_process,
+                                                                               tmp_path):
+    # GIVEN the soak's output unrecorded, with the gem and without it
+    plain = unrecorded(tmp_path, with_gem=False)
+    with_gem = unrecorded(tmp_path, with_gem=True)
+    assert plain == with_gem
+    assert plain.splitlines()[-1] == "done", plain
+    # WHEN it runs recorded at 10 kHz from its start to its end
+    target = ruby_target("soak.rb", SCALE, "sdb")
+    trace = tmp_path / "trace.msgpack"
+    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(trace), "--rate", "10000", "-q")
+    wait_for(lambda: samples_so_far(trace) > 0 or sidecar.poll() is not None, 120, what="the first samples")
+    target.send("go\n")
+    assert target.proc.wait(1800) == 0, target.stderr()
+    lines = []
+    while (line := target.lines.get(timeout=60)) is not None:
+        lines.append(line)
+    _, err = sidecar.communicate(timeout=120)
+    # THEN its output is the same, and the sidecar ended with it, exit 0
+    assert "\n".join(["ready", *lines]) + "\n" == plain
+    assert sidecar.returncode == 0, err
+    t = read_trace(trace)
+    assert t.end is not None and t.end["reason"] == "target-exited", t.end
+    # AND every frame is named with the program's names or Ruby's own (Ruby 3.4 labels the ISeq of a
+    # class_eval string "<compiled>"), or left unnamed and counted: "(unknown...)", "(C function)"
+    r = subprocess.run([*SYMBOLIZE, str(trace), "--format", "json", "--idle", "--no-progress"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    labels, samples, unknown = set(), 0, 0
+    for sample in read_samples(r.stdout.splitlines()):
+        samples += 1
+        names = [f[0] for f in sample["frames"]]
+        unknown += any(n.startswith("(unknown") or n == "(C function)" for n in names)
+        labels.update(names)
+    stray = sorted(lb for lb in labels if not (OWN.match(lb) or RUBYS.match(lb) or lb in (
+        "(garbage collection)", "(truncated)", "(unknown)", "(C function)", "<internal:kernel>", "<top (required)>",
+        "<compiled>"))
+                   and not lb.startswith("(unknown ISeq 0x"))
+    print(f"soak x{SCALE}: {samples} samples, {unknown} with an unnamed frame; end record {t.end}")
+    assert stray == [], stray[:20]
+    assert samples > 10_000, samples
+    # the unnamed are counted in the end record, and few
+    assert unknown <= 0.01 * samples, (unknown, samples, t.end["unnamed"])
