@@ -12,9 +12,11 @@ The validation rules (docs in ARCHITECTURE.md, "Reading a stack"):
 - the slot's seqlock generation is the same before and after the read, so a
   thread that ended, or a slot reused by another thread, is never read as live;
 - the thread's ec and frame pointer are re-read after the frames are copied;
-  frames deeper than the shallowest pointer seen are stable; the others, and
-  every frame that differs from this thread's previous sample, are checked:
-  frame magic, a real ISeq (checked in the target at first sight), pc inside it;
+  frames beyond the shallowest pointer seen are frames the thread left during
+  the copy: left out. Every frame without ISeq+pc must have a C, IFUNC, dummy,
+  top or eval magic; a Ruby frame a C function called must be marked FINISH;
+  every frame that differs from this thread's previous sample is checked:
+  a real ISeq (checked in the target at first sight), pc inside it;
 - a sample failing a check is retried once, then counted as torn and dropped.
 """
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
@@ -191,6 +193,7 @@ cdef enum:
     MAGIC_EVAL = 0x77770001
     MAGIC_DUMMY = 0x79990001
     ENV_FLAG_LOCAL = 0x2
+    FRAME_FLAG_FINISH = 0x20    # the frame returns to C: what a C function calls has it
 
 # imemo types (internal/imemo.h, the same in 3.x): what ep[-2] (cref_or_me) may hold
 cdef enum:
@@ -1262,7 +1265,9 @@ cdef class Sampler:
                     job.result = R_TORN     # no Ruby env is there: a torn frame (the span arithmetic
                     break                   # below must never see such a value)
                 if r.iseq != 0 and r.pc != 0 and memo != NULL and job.nf - 1 - f < c.nmemo \
-                        and memo[job.nf - 1 - f].ep == r.ep and memo[job.nf - 1 - f].iseq == r.iseq:
+                        and memo[job.nf - 1 - f].ep == r.ep and memo[job.nf - 1 - f].iseq == r.iseq \
+                        and not (f + 1 < job.nf and u64_at(base, (f + 1) * self.L.cfp_size + self.L.cfp_iseq) == 0
+                                 and u64_at(base, (f + 1) * self.L.cfp_size + self.L.cfp_pc) == 0):
                     # the same ISeq on the same env at this depth as in the last read: the same
                     # method entry (no ep words needed)
                     r.me = memo[job.nf - 1 - f].me
@@ -1519,11 +1524,23 @@ cdef class Sampler:
             f.pad = 0
             n_out = 1
             self.gc_samples += 1
-        for j in range(job.nf):
+        if nunstable >= job.nf:
+            return R_TORN
+        for j in range(nunstable, job.nf):
             r = &self.raw[job.frame0 + j]
             f = &self.cur[n_out]
             f.pad = 0
             if r.iseq != 0 and r.pc != 0:
+                if j + 1 < job.nf and self.raw[job.frame0 + j + 1].iseq == 0 \
+                        and self.raw[job.frame0 + j + 1].pc == 0 and self.raw[job.frame0 + j + 1].ep_off != NO_EP \
+                        and ((<const uint64_t *>(self.eparena + self.raw[job.frame0 + j + 1].ep_off))[2]
+                             & MAGIC_MASK) == MAGIC_CFUNC:
+                    # called by a C function: Ruby marks such a frame FINISH (vm_call0, invoke_block);
+                    # without it, this is a frame the thread left, still in memory above the C
+                    # function it has called since
+                    if r.ep_off == NO_EP or ((<const uint64_t *>(self.eparena + r.ep_off))[2]
+                                             & FRAME_FLAG_FINISH) == 0:
+                        return R_TORN
                 f.kind = KIND_RUBY          # checked below: a real ISeq with pc inside it
                 f.iseq = r.iseq
                 f.pc = r.pc
@@ -1531,9 +1548,7 @@ cdef class Sampler:
                 n_out += 1
                 continue
             if r.ep_off == NO_EP:
-                if j < nunstable:
-                    return R_TORN
-                continue
+                return R_TORN               # a frame with no env: copied while it was written
             epd = <const uint64_t *>(self.eparena + r.ep_off)      # ep[-2], ep[-1], ep[0]
             ep0 = epd[2]
             magic = ep0 & MAGIC_MASK
@@ -1551,8 +1566,8 @@ cdef class Sampler:
                 f.pc = 0
                 f.me = 0
                 n_out += 1
-            elif j < nunstable and magic != MAGIC_DUMMY and magic != MAGIC_TOP and magic != MAGIC_EVAL:
-                return R_TORN
+            elif magic != MAGIC_DUMMY and magic != MAGIC_TOP and magic != MAGIC_EVAL:
+                return R_TORN               # a method, block or class frame without ISeq and pc: half written
         if job.truncated:
             f = &self.cur[n_out]
             f.kind = KIND_TRUNCATED

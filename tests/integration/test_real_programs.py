@@ -103,6 +103,7 @@ def compare(trace: Path, dump: Path) -> None:
     top = [name for name, _ in sp.most_common(TOP)]
     rho = spearman([sp[n] / n_sp for n in top], [sd[n] / n_sd for n in top])
     table = "\n".join(f"{100 * sp[n] / n_sp:6.2f} {100 * sd[n] / n_sd:6.2f}  {n}" for n in top)
+    print(f"Spearman {rho:.3f} over stackprof's top {TOP} ({n_sp} stackprof, {n_sd} sdb samples)")
     # THEN the top functions rank alike (stackprof %, sdb %)
     assert rho >= 0.9, f"Spearman {rho:.3f} over stackprof's top {TOP} self functions:\n{table}"
     # AND no label of sdb's top functions lacks the class stackprof gives the same method

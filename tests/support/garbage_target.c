@@ -181,11 +181,14 @@ static uint64_t me_value(void)
     return below(4) ? w(objs[below(NOBJ)]) : garbage();
 }
 
-/* An env at ep: ep[-2] cref_or_me, ep[-1] the previous env (| 1) or a block handler, ep[0] flags. */
-static void make_env(uint64_t *ep, uint64_t *stack, int local)
+/* An env at ep: ep[-2] cref_or_me, ep[-1] the previous env (| 1) or a block handler, ep[0] flags.
+ * magic: the frame's own most of the time (0: any), so that whole stacks can pass the checks;
+ * FINISH (0x20, a frame C called) half of the time. */
+static void make_env(uint64_t *ep, uint64_t *stack, int local, uint64_t magic)
 {
     static const uint64_t magics[] = {0x11110001, 0x44440001, 0x55550001, 0x66660001, 0x77770001, 0x79990001};
-    uint64_t flags = magics[below(6)] | (local ? 0x2 : 0) | (rnd() & 0xff000000ull);
+    uint64_t flags = (magic && below(4) ? magic : magics[below(6)]) | (local ? 0x2 : 0) | (below(2) ? 0x20 : 0)
+                     | (rnd() & 0xff000000ull);
     ep[-2] = me_value();
     if (local)
         ep[-1] = below(2) ? 0 : garbage();
@@ -201,7 +204,7 @@ static void make_env(uint64_t *ep, uint64_t *stack, int local)
 static void scribble_heap_envs(int n)
 {
     while (n-- > 0)
-        make_env(&heap_envs[2 + 3 * below(2000)], stacks[0], below(3) == 0);
+        make_env(&heap_envs[2 + 3 * below(2000)], stacks[0], below(3) == 0, 0);
 }
 
 /* One thread's whole stack: ec header, control frames at the top, envs below. */
@@ -235,7 +238,7 @@ static void scribble_stack(int s)
             *(uint64_t *)(fr + L.cfp_pc) = garbage();
         }
         *(uint64_t *)(fr + L.cfp_ep) = below(12) ? w(ep) : garbage();
-        make_env(ep, stack, below(2));
+        make_env(ep, stack, below(2), kind < 5 ? 0x11110001 : kind < 7 ? 0x55550001 : kind == 7 ? 0x66660001 : 0);
     }
     /* the header last or first: torn either way */
     ec[L.ec_vm_stack / 8] = below(32) ? w(stack) : garbage();
