@@ -136,7 +136,9 @@ cdef extern from "sdb_registry.h" nogil:
         uint16_t objspace_flags
         uint16_t gc_during_bit
         uint16_t gc_dont_gc_bit
-        uint16_t reserved16[4]
+        uint16_t cfp_sp
+        uint16_t body_local_table_size
+        uint16_t reserved16[2]
         uint64_t global_symbols_addr
         uint64_t id_classpath
         uint64_t id_tmp_classpath
@@ -194,6 +196,9 @@ cdef enum:
     MAGIC_DUMMY = 0x79990001
     ENV_FLAG_LOCAL = 0x2
     FRAME_FLAG_FINISH = 0x20    # the frame returns to C: what a C function calls has it
+    ISEQ_TYPE_METHOD = 1        # enum rb_iseq_type (vm_core.h, the same in 3.x)
+    ISEQ_TYPE_BLOCK = 2
+    LAYOUT_NA = 0xffff          # SDB_NA: a layout field the row does not have
 
 # imemo types (internal/imemo.h, the same in 3.x): what ep[-2] (cref_or_me) may hold
 cdef enum:
@@ -241,8 +246,11 @@ cdef enum:
     WIN_MAX = 8192          #     on each side, at most this many bytes (the top of the stack)
     ISEQ_SPAN = 32          # bytes read from an ISeq: flags, wrapper, body
     BODY_SPAN = 32          # bytes read from an ISeq body: type, size, encoded
+    BODY_SPAN_MAX = 512     # ... and up to local_table_size, where the layout has it
+    LINK_DEPTH = 32         # frames from the leaf whose link to their caller is checked (link_ok)
 
 cdef uint64_t NO_EP = 0xffffffffffffffffULL
+cdef uint32_t TYPE_UNREAD = 0xffffffffU
 # Every address taken from the target is below this (x86-64 user space, 5-level paging included)
 # before any arithmetic on it: far from 2**64, so `a + span` never wraps.
 cdef uint64_t ADDR_MAX = 0x0100000000000000ULL
@@ -260,6 +268,8 @@ cdef struct IseqEnt:
     uint64_t addr        # 0: empty bucket
     uint64_t encoded
     uint64_t size        # in VALUEs
+    uint32_t locals      # local_table_size: a method frame's env sits at its caller's sp + locals + 3
+    uint32_t type        # ISEQ_TYPE_*, when the row has local_table_size (else TYPE_UNREAD)
 
 cdef struct FrameEnt:
     uint64_t iseq
@@ -448,11 +458,14 @@ cdef object layout_problem(const sdb_layout *L):
     and the sampler keeps its own copy."""
     if L.cfp_size < 24 or L.cfp_size > 256 or L.cfp_size % 8:
         return f"control frame size {L.cfp_size}"
-    if L.cfp_pc + 8 > L.cfp_size or L.cfp_iseq + 8 > L.cfp_size or L.cfp_ep + 8 > L.cfp_size:
+    if L.cfp_pc + 8 > L.cfp_size or L.cfp_iseq + 8 > L.cfp_size or L.cfp_ep + 8 > L.cfp_size \
+            or (L.cfp_sp != LAYOUT_NA and L.cfp_sp + 8 > L.cfp_size):
         return "a control frame field lies outside the frame"
     if L.ec_vm_stack + 8 > EC_SPAN or L.ec_vm_stack_size + 8 > EC_SPAN or L.ec_cfp + 8 > EC_SPAN:
         return "an execution context field lies outside the span read"
-    if L.iseq_body + 8 > ISEQ_SPAN or L.body_iseq_size + 4 > BODY_SPAN or L.body_iseq_encoded + 8 > BODY_SPAN:
+    if L.iseq_body + 8 > ISEQ_SPAN or L.body_iseq_size + 4 > BODY_SPAN or L.body_iseq_encoded + 8 > BODY_SPAN \
+            or L.body_type + 4 > BODY_SPAN \
+            or (L.body_local_table_size != LAYOUT_NA and L.body_local_table_size + 4 > BODY_SPAN_MAX):
         return "an ISeq field lies outside the span read"
     return None
 
@@ -812,18 +825,23 @@ cdef class Sampler:
         cached range: the address may have been reused) is read from the target."""
         cdef IseqEnt *e
         cdef uint8_t ib[ISEQ_SPAN]
-        cdef uint8_t bb[BODY_SPAN]
+        cdef uint8_t bb[BODY_SPAN_MAX]
         cdef uint64_t flags, body, encoded, size
+        cdef uint32_t span = BODY_SPAN
         cdef int known = self.iseq_lookup(iseq, &e)
         if known and pc >= e.encoded and pc <= e.encoded + e.size * 8:
             return 1
+        if self.L.body_local_table_size != LAYOUT_NA and self.L.body_local_table_size != 0 \
+                and self.L.body_local_table_size + 4 <= BODY_SPAN_MAX \
+                and self.L.body_local_table_size + 4 > span:
+            span = self.L.body_local_table_size + 4
         if self.read1(iseq, ib, ISEQ_SPAN) != ISEQ_SPAN:
             return 0
         flags = u64_at(ib, 0)
         body = u64_at(ib, self.L.iseq_body)
         if (flags & 0x1f) != 0x1a or ((flags >> 12) & 0xf) != 7 or body == 0:
             return 0
-        if self.read1(body, bb, BODY_SPAN) != BODY_SPAN:
+        if self.read1(body, bb, span) != span:
             return 0
         size = u32_at(bb, self.L.body_iseq_size)
         encoded = u64_at(bb, self.L.body_iseq_encoded)
@@ -838,6 +856,11 @@ cdef class Sampler:
         e.addr = iseq
         e.encoded = encoded
         e.size = size
+        e.type = TYPE_UNREAD
+        e.locals = 0
+        if span > BODY_SPAN:
+            e.type = u32_at(bb, self.L.body_type)
+            e.locals = u32_at(bb, self.L.body_local_table_size)
         # a new ISeq, or a reused address: Python reads its symbol, unless eBPF named this very ISeq
         # at birth: the map holds the instruction buffer eBPF saw (0 when what it named there is
         # gone). Another ISeq at the address (one GC.compact moved there unseen, a later one born
@@ -1482,6 +1505,42 @@ cdef class Sampler:
                 m.ep = 0
         c.nmemo = job.nf if memo else 0
 
+    cdef int link_ok(self, Job *job, uint32_t j, RawFrame *r) noexcept nogil:
+        """0 when Ruby frame j (a method's) cannot be the callee of the Ruby frame below it. A call
+        sets the caller's sp to its receiver's slot and puts the method's locals and env right
+        after it (vm_call_iseq_setup_normal): ep = caller's sp + (local_table_size + 3) words. A
+        frame the thread left, still in memory above a Ruby frame it entered since, sits where its
+        old caller's sp was: it fails this unless the new frame has the same sp there. 1 when the
+        link holds or cannot be checked (no such field in the row, a block or other frame, a C
+        caller: checked by FINISH), or the frame is deeper than LINK_DEPTH from the leaf (a frame
+        is left behind by a return and a call within the microseconds of a copy: near the leaf;
+        this bounds the cost on deep stacks). The caller's sp in memory can lag what it runs (the
+        interpreter may keep it in a register between calls): a live frame's own link is always
+        exact, a frame left behind can pass when the new caller's sp is where the old one's was."""
+        cdef IseqEnt *e
+        cdef IseqEnt *pe
+        cdef RawFrame *p
+        cdef uint64_t psp
+        # (0: an older gem's file, where these were reserved and zero)
+        if self.L.body_local_table_size == LAYOUT_NA or self.L.body_local_table_size == 0 \
+                or self.L.cfp_sp == LAYOUT_NA or self.L.cfp_sp == 0 or j + 1 >= job.nf \
+                or j >= LINK_DEPTH:
+            return 1
+        p = &self.raw[job.frame0 + j + 1]
+        if p.iseq == 0 or p.pc == 0:
+            return 1
+        if not (self.iseq_lookup(r.iseq, &e) and r.pc >= e.encoded and r.pc <= e.encoded + e.size * 8):
+            if not self.check_iseq(r.iseq, r.pc, job.lo_ns) or not self.iseq_lookup(r.iseq, &e):
+                return 0
+        if e.type != ISEQ_TYPE_METHOD or e.locals >= 65536:
+            return 1
+        # the caller a method or a block (an eval's or a class body's sp may lie elsewhere: the
+        # binding's env); known from this or an earlier read, else not checked
+        if not self.iseq_lookup(p.iseq, &pe) or (pe.type != ISEQ_TYPE_METHOD and pe.type != ISEQ_TYPE_BLOCK):
+            return 1
+        psp = u64_at(self.rawbuf + job.raw_off, (j + 1) * self.L.cfp_size + self.L.cfp_sp)
+        return r.ep == psp + (<uint64_t>e.locals + 3) * 8
+
     cdef int finish_job(self, Job *job, uint64_t now) noexcept nogil:
         """Phase 4 for one job: checks, interning, the sample. Returns an R_* outcome."""
         cdef const sdb_slot *s = <const sdb_slot *>(self.reg.base + self.reg.slots_offset
@@ -1531,6 +1590,8 @@ cdef class Sampler:
             f = &self.cur[n_out]
             f.pad = 0
             if r.iseq != 0 and r.pc != 0:
+                if not self.link_ok(job, j, r):
+                    return R_TORN
                 if j + 1 < job.nf and self.raw[job.frame0 + j + 1].iseq == 0 \
                         and self.raw[job.frame0 + j + 1].pc == 0 and self.raw[job.frame0 + j + 1].ep_off != NO_EP \
                         and ((<const uint64_t *>(self.eparena + self.raw[job.frame0 + j + 1].ep_off))[2]

@@ -128,6 +128,11 @@ static void make_objects(void)
         *(uint64_t *)((uint8_t *)iseq + L.iseq_body) = w(body);
         *(uint32_t *)((uint8_t *)body + L.body_iseq_size) = 1 + (uint32_t)below(512);
         *(uint64_t *)((uint8_t *)body + L.body_iseq_encoded) = w(encoded) + 8 * below(4096);
+        if (below(4) == 0) {                          /* a method's: the caller/callee link is checked */
+            *(uint32_t *)((uint8_t *)body + L.body_type) = 1;
+            if (L.body_local_table_size != SDB_NA && L.body_local_table_size + 4 <= 448)
+                *(uint32_t *)((uint8_t *)body + L.body_local_table_size) = below(8) ? (uint32_t)below(6) : (uint32_t)rnd();
+        }
         iseqs[i] = iseq;
     }
     for (i = 0; i < NOBJ; i++) {
@@ -211,7 +216,7 @@ static void scribble_heap_envs(int n)
 static void scribble_stack(int s)
 {
     uint64_t *stack = stacks[s], *ec = ecs[s][below(2)];
-    uint64_t cfp_words = L.cfp_size / 8, nf = below(8) ? below(120) : below(STACK_WORDS / cfp_words);
+    uint64_t cfp_words = L.cfp_size / 8, nf = below(2) ? below(12) : below(8) ? below(120) : below(STACK_WORDS / cfp_words);
     uint64_t size = STACK_WORDS, end, cfp, f;
     uint8_t *fr;
     if (nf * cfp_words + 1 > STACK_WORDS / 2)

@@ -30,7 +30,7 @@ struct sdb_layout_row {
 #define SDB_COMMON_EC \
     .ec_vm_stack = 0, .ec_vm_stack_size = 8, .ec_cfp = 16, .ec_thread_ptr = 48
 #define SDB_COMMON_CFP \
-    .cfp_pc = 0, .cfp_iseq = 16, .cfp_self = 24, .cfp_ep = 32
+    .cfp_pc = 0, .cfp_sp = 8, .cfp_iseq = 16, .cfp_self = 24, .cfp_ep = 32
 #define SDB_COMMON_ISEQ                                                    \
     .iseq_body = 16, .body_type = 0, .body_iseq_size = 4,                  \
     .body_iseq_encoded = 8, .body_pathobj = 64, .body_base_label = 72,      \
@@ -55,7 +55,8 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
     {
         "3.1",
         "v3_1_2:vm_core.h,iseq.h,method.h,include/ruby/internal/core/rstring.h,gc.c,ractor_core.h; "
-        "ec@40 and status byte 92 measured here on Debian 3.1.2",
+        "ec@40 and status byte 92 measured here on Debian 3.1.2; local_table_size@240 measured here "
+        "(the one body offset holding 0, 3 and 5 for methods of 0, 3 and 5 locals)",
         1,
         {
             .thread_ec = 40,
@@ -67,7 +68,7 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
             SDB_COMMON_ISEQ, .body_first_lineno_is_fixnum = 1,
             .body_insns_info_body = 120, .body_insns_info_positions = 128,
             .body_insns_info_size = 136, .body_insns_info_succ_table = 144,
-            .body_parent_iseq = 168, .body_local_iseq = 176,
+            .body_parent_iseq = 168, .body_local_iseq = 176, .body_local_table_size = 240,
             .rstring_noembed_bit = 13, .rstring_heap_len = 16, .rstring_heap_ptr = 24,
             .rstring_embed_len = SDB_NA, .rstring_embed_ary = 16,
             .rstring_embed_len_shift = 14, .rstring_embed_len_mask = 0x1f,
@@ -98,7 +99,7 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
             SDB_COMMON_ISEQ, .body_first_lineno_is_fixnum = 0,
             .body_insns_info_body = 112, .body_insns_info_positions = 120,
             .body_insns_info_size = 128, .body_insns_info_succ_table = 136,
-            .body_parent_iseq = 160, .body_local_iseq = 168,
+            .body_parent_iseq = 160, .body_local_iseq = 168, .body_local_table_size = SDB_NA,
             SDB_RSTRING_3_2_PLUS,
             SDB_RARRAY(SDB_NA), /* embedded-length mask of 3.2 not sourced */
             SDB_COMMON_ME,
@@ -111,7 +112,8 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
     },
     {
         "3.3",
-        "v3_3_8:vm_core.h,iseq.h,method.h,internal/class.h; ec@48 and cfp 56 measured on 3.3.8",
+        "v3_3_8:vm_core.h,iseq.h,method.h,internal/class.h; ec@48 and cfp 56 measured on 3.3.8; "
+        "local_table_size@232 from the DWARF of the libruby built here",
         1, /* make test passes on it here, with and without YJIT */
         {
             .thread_ec = 48,
@@ -121,7 +123,7 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
             SDB_COMMON_ISEQ, .body_first_lineno_is_fixnum = 0,
             .body_insns_info_body = 112, .body_insns_info_positions = 120,
             .body_insns_info_size = 128, .body_insns_info_succ_table = 136,
-            .body_parent_iseq = 160, .body_local_iseq = 168,
+            .body_parent_iseq = 160, .body_local_iseq = 168, .body_local_table_size = 232,
             SDB_RSTRING_3_2_PLUS,
             SDB_RARRAY(0x7f),
             SDB_COMMON_ME,
@@ -135,7 +137,8 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
     },
     {
         "3.4",
-        "v3_4_5:vm_core.h,iseq.h,method.h,internal/class.h,vm_backtrace.c",
+        "v3_4_5:vm_core.h,iseq.h,method.h,internal/class.h,vm_backtrace.c; "
+        "local_table_size@232 from the DWARF of the libruby built here",
         1, /* make test passes on it here, with and without YJIT */
         {
             .thread_ec = 48,
@@ -145,7 +148,7 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
             SDB_COMMON_ISEQ, .body_first_lineno_is_fixnum = 0,
             .body_insns_info_body = 112, .body_insns_info_positions = 120,
             .body_insns_info_size = 128, .body_insns_info_succ_table = 136,
-            .body_parent_iseq = 160, .body_local_iseq = 168,
+            .body_parent_iseq = 160, .body_local_iseq = 168, .body_local_table_size = 232,
             SDB_RSTRING_3_2_PLUS,
             SDB_RARRAY(0x7f),
             SDB_COMMON_ME,
@@ -171,7 +174,7 @@ static const struct sdb_layout_row sdb_layout_rows[] = {
             SDB_COMMON_ISEQ, .body_first_lineno_is_fixnum = 0,
             .body_insns_info_body = 112, .body_insns_info_positions = 120,
             .body_insns_info_size = 128, .body_insns_info_succ_table = 136,
-            .body_parent_iseq = 168, .body_local_iseq = 176,
+            .body_parent_iseq = 168, .body_local_iseq = 176, .body_local_table_size = SDB_NA,
             SDB_RSTRING_3_2_PLUS,
             SDB_RARRAY(SDB_NA), /* embedded-length mask of 4.0 not sourced */
             SDB_COMMON_ME,

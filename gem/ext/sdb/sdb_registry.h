@@ -129,7 +129,10 @@ struct sdb_layout {
     uint16_t objspace_flags;     /* offset of rb_objspace.flags (a 32-bit bitfield word) */
     uint16_t gc_during_bit;      /* bit number of flags.during_gc in that word */
     uint16_t gc_dont_gc_bit;     /* bit number of flags.dont_gc (the gem proves the word with it) */
-    uint16_t reserved16[4];
+    /* the caller/callee link (sampler: a frame left behind is not the callee of the frame below it) */
+    uint16_t cfp_sp;             /* rb_control_frame_t.sp */
+    uint16_t body_local_table_size; /* rb_iseq_constant_body.local_table_size (uint32) */
+    uint16_t reserved16[2];
     uint64_t global_symbols_addr; /* &ruby_global_symbols when known, else 0 */
     /* IDs of the hidden ivars that hold a class path and a singleton's object where they are
      * ivars (3.1), found at require and checked there on a class of the gem's own; 0: none */
