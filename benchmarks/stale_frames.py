@@ -3,7 +3,7 @@
 
 A stack is copied while its thread runs. A thread that returns and calls again within the copy
 leaves frames in memory that look live (ARCHITECTURE.md, "Reading a stack"); the sampler leaves out
-what its checks catch. benchmarks/programs/stale_frames.rb calls in and out as fast as it can in a
+what its checks catch. tests/programs/call_return.rb with `flat` calls in and out as fast as it can in a
 shape whose every real stack is known; this records it at 10 kHz until 20,000 samples are in, for
 ROUNDS rounds per Ruby (and with --yjit where it has YJIT), and counts the samples whose stack it
 could not have had. The test for the shapes the checks close is tests/integration/test_call_return.py.
@@ -26,29 +26,13 @@ sys.path[:0] = [os.path.join(REPO, "sidecar"), os.path.join(REPO, "symbolizer")]
 
 from sdb_symbolize.labels import LABELS_RUBY  # noqa: E402
 from sdb_symbolize.resolve import Resolver  # noqa: E402
-from sdb_trace import TraceError, TraceReader, iter_samples, load_tables  # noqa: E402
+from sdb_trace import TraceReader, iter_samples, load_tables, samples_so_far  # noqa: E402
 
-PROGRAM = os.path.join(REPO, "benchmarks", "programs", "stale_frames.rb")
+PROGRAM = os.path.join(REPO, "tests", "programs", "call_return.rb")     # run with "flat": flat_b too
 CALLER = {"Object#leaf_a": "Object#mid_a", "Object#mid_a": "Object#top_a", "Object#top_a": "Object#spin",
           "Object#flat_b": "Object#spin"}
 LEAVES = {"Kernel#instance_variable_defined?", "Object#flat_b"}
 SAMPLES = 20_000
-
-
-def samples_in(path: str) -> int:
-    """Samples in a trace still being written (0 while it cannot be read)."""
-    n = 0
-    try:
-        with TraceReader(path) as r:
-            try:
-                for rec in r.records():
-                    if rec["t"] == "samples":
-                        n += len(rec["stack"])
-            except TraceError:
-                pass
-    except (TraceError, OSError):
-        return 0
-    return n
 
 
 def one_round(ruby: str, args: list, gem_home: str, out: str) -> tuple:
@@ -57,14 +41,14 @@ def one_round(ruby: str, args: list, gem_home: str, out: str) -> tuple:
         env["GEM_HOME"] = env["GEM_PATH"] = gem_home
     if os.path.exists(out):
         os.unlink(out)
-    target = subprocess.Popen([ruby, *args, PROGRAM, "sdb"], stdout=subprocess.PIPE, env=env, text=True)
+    target = subprocess.Popen([ruby, *args, PROGRAM, "sdb", "flat"], stdout=subprocess.PIPE, env=env, text=True)
     try:
         assert target.stdout.readline().strip() == "ready"
         sidecar = subprocess.Popen([sys.executable, "-m", "sdb_sidecar.cli", "attach", "--pid", str(target.pid),
                                     "-o", out, "--rate", "10000", "--duration", "600", "-q", "--no-ebpf"],
                                    cwd=REPO)
         deadline = time.monotonic() + 300
-        while samples_in(out) < SAMPLES and time.monotonic() < deadline and sidecar.poll() is None:
+        while samples_so_far(out) < SAMPLES and time.monotonic() < deadline and sidecar.poll() is None:
             time.sleep(0.2)
     finally:
         target.kill()

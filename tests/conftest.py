@@ -356,19 +356,8 @@ def ebpf_attached_so_far(path) -> bool:
 
 def samples_so_far(path) -> int:
     """Samples in a trace that is still being written (0 if it cannot be read yet)."""
-    from sdb_trace import TraceError
-    try:
-        with TraceReader(str(path)) as r:
-            n = 0
-            try:
-                for rec in r.records():
-                    if rec["t"] == "samples":
-                        n += len(rec["stack"])
-            except TraceError:
-                pass
-            return n
-    except (TraceError, OSError):
-        return 0
+    from sdb_trace import samples_so_far as count
+    return count(str(path))
 
 
 def ready_info(target: RubyTarget) -> dict:

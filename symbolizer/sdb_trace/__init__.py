@@ -625,6 +625,23 @@ class MemoryTrace(TraceWriter):
         """A samples record (base_ns, dt_ns, thread, stack, state): for the subclass to count."""
 
 
+def samples_so_far(path: str) -> int:
+    """The samples in a trace, possibly still being written, among its complete records (0 while it
+    cannot be read yet)."""
+    n = 0
+    try:
+        with TraceReader(path) as reader:
+            try:
+                for rec in reader.records():
+                    if rec["t"] == "samples":
+                        n += len(rec["stack"])
+            except TraceError:
+                pass
+    except (TraceError, OSError):
+        return 0
+    return n
+
+
 def has_record(path: str, t: str) -> bool:
     """A trace, possibly still being written, holds a record of type t among its complete records
     (False when it cannot be read yet)."""
