@@ -19,6 +19,8 @@ module SdbRegistryReader
     header = HEADER.zip(data.unpack(HEADER_FORMAT)).to_h
     header["status_name"] = STATUS[header["status"]]
     header["thread_ec"] = data.byteslice(LAYOUT_OFFSET, 2).unpack1("S")
+    # layout.cfp_sp and layout.body_local_table_size: the 63rd and 64th uint16 of struct sdb_layout
+    header["link_fields"] = data.byteslice(LAYOUT_OFFSET + 2 * 62, 4).unpack("SS")
     header["file_size"] = data.bytesize
     slots = (0...header["slot_count"]).map do |i|
       raw = data.byteslice(header["slots_offset"] + i * header["slot_size"], header["slot_size"])

@@ -68,6 +68,27 @@ class TestLayoutCheck < Minitest::Test
     end
   end
 
+  LINK_PROBE = <<~RUBY
+    require "sdb"
+    puts JSON.dump("enabled" => Sdb.enabled?, "link" => SdbRegistryReader.read(Sdb.registry_path)["link_fields"])
+  RUBY
+
+  def test_the_caller_callee_link_fields_are_published_when_they_hold_on_the_requiring_stack
+    r = run_json(LINK_PROBE)
+    assert r["enabled"]
+    assert_equal 8, r["link"][0], "cfp_sp"
+    refute_equal 0xffff, r["link"][1], "local_table_size: this Ruby's row has it"
+  end
+
+  def test_a_wrong_local_table_size_is_withdrawn_and_profiling_goes_on
+    out, err, status = run_ruby(LINK_PROBE, "SDB_TEST_CORRUPT_LAYOUT" => "body_local_table_size")
+    assert status.success?, err
+    assert_equal "", err
+    r = JSON.parse(out)
+    assert r["enabled"]
+    assert_equal [0xffff, 0xffff], r["link"], "both link fields withdrawn (SDB_NA): the sidecar checks no link"
+  end
+
   def test_stale_symlink_at_our_path_is_replaced_never_followed
     out, err, status = run_ruby(<<~RUBY)
       File.symlink("/tmp/sdb-symlink-target-\#{Process.pid}", "/dev/shm/sdb-\#{Process.pid}")

@@ -640,6 +640,54 @@ sdb_iseq_of(VALUE args)
     return rb_funcall(rb_path2class("RubyVM::InstructionSequence"), rb_intern("of"), 1, m);
 }
 
+/* The caller/callee link the sampler checks: a method's frame sits at its caller's sp +
+ * (local_table_size + 3) words (vm_call_iseq_setup_normal). Checked on this thread's own stack,
+ * which stands still while we read it (RubyGems' require gives method/block pairs): a link that
+ * does not hold withdraws both fields (SDB_NA), and the sampler then checks no link. With no
+ * pair on the stack (`ruby -rsdb`), the row's sourced offsets stay. */
+static void
+sdb_check_link(struct sdb_layout *L)
+{
+    uint64_t th = (uint64_t)(uintptr_t)RTYPEDDATA_DATA(rb_thread_current());
+    uint64_t ec, cfp, stack, stack_size, end, pc, iseq, sp, ep, body;
+    uint64_t callee_ep = 0;
+    uint32_t type, locals, callee_locals = 0;
+    unsigned char cfpbuf[256];
+    int callee_method = 0, checked = 0, failed = 0;
+
+    if (L->cfp_sp == SDB_NA || L->body_local_table_size == SDB_NA) return;
+    if (L->cfp_sp + 8 > L->cfp_size || sdb_read_u64(th + L->thread_ec, &ec) || sdb_read_u64(ec + L->ec_cfp, &cfp) ||
+        sdb_read_u64(ec + L->ec_vm_stack, &stack) || sdb_read_u64(ec + L->ec_vm_stack_size, &stack_size)) {
+        failed = 1;
+        goto out;
+    }
+    end = stack + stack_size * 8;
+    for (; cfp < end && cfp >= stack; cfp += L->cfp_size) {
+        int ruby = 0;
+        if (sdb_read(cfp, cfpbuf, L->cfp_size)) break;
+        memcpy(&pc, cfpbuf + L->cfp_pc, 8);
+        memcpy(&iseq, cfpbuf + L->cfp_iseq, 8);
+        memcpy(&sp, cfpbuf + L->cfp_sp, 8);
+        memcpy(&ep, cfpbuf + L->cfp_ep, 8);
+        if (iseq && pc && sdb_is_iseq(iseq) && !sdb_read_u64(iseq + L->iseq_body, &body) && body &&
+            !sdb_read(body + L->body_type, &type, 4) && !sdb_read(body + L->body_local_table_size, &locals, 4)) {
+            ruby = 1;
+            if (callee_method && (type == 1 || type == 2)) { /* ISEQ_TYPE_METHOD, ISEQ_TYPE_BLOCK */
+                checked++;
+                if (callee_ep != sp + ((uint64_t)callee_locals + 3) * 8) failed++;
+            }
+        }
+        callee_method = ruby && type == 1;
+        callee_ep = ep;
+        callee_locals = ruby ? locals : 0;
+    }
+out:
+    if (getenv("SDB_DEBUG_LAYOUT"))
+        fprintf(stderr, "sdb: caller/callee links: %d checked, %d failed (cfp_sp +%u, local_table_size +%u)\n",
+                checked, failed, L->cfp_sp, L->body_local_table_size);
+    if (failed) L->cfp_sp = L->body_local_table_size = SDB_NA;
+}
+
 static void
 sdb_check_classes(struct sdb_layout *L, VALUE mod)
 {
@@ -876,6 +924,7 @@ sdb_corrupt_for_tests(struct sdb_layout *L)
     else if (!strcmp(e, "cfp_iseq")) L->cfp_iseq += 8;
     else if (!strcmp(e, "body_first_lineno")) L->body_first_lineno += 8;
     else if (!strcmp(e, "cfp_size")) L->cfp_size += 8;
+    else if (!strcmp(e, "body_local_table_size")) L->body_local_table_size += 8;
 }
 
 /* ---------- slots ----------
@@ -1417,6 +1466,7 @@ sdb_open(VALUE self)
     }
     sdb.layout.global_symbols_addr = sdb_find_global_symbols(&sdb.layout);
     sdb_check_classes(&sdb.layout, self);
+    sdb_check_link(&sdb.layout);
     sdb_find_gc_words(&sdb.layout);
     memcpy(&sdb.hdr->layout, &sdb.layout, sizeof(sdb.layout));
     sdb_hook_gc();
