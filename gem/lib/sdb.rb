@@ -25,9 +25,11 @@ module Sdb
     private
 
     # __open through a method that a method calls: the C side checks, on these two frames, the
-    # caller/callee link the sidecar relies on (sdb.c: sdb_check_link)
-    def __start = __open_from_ruby
-    def __open_from_ruby = __open
+    # caller/callee link the sidecar relies on (sdb.c: sdb_check_link). The callee has five
+    # locals: with none, a wrong local_table_size offset that reads a zero (ise_size on 3.3)
+    # would pass the check.
+    def __start = __open_from_ruby(1, 2, 3, 4, 5)
+    def __open_from_ruby(_a, _b, _c, _d, _e) = __open
   end
 end
 

@@ -80,6 +80,13 @@ class TestLayoutCheck < Minitest::Test
     refute_equal 0xffff, r["link"][1], "local_table_size: this Ruby's row has it"
   end
 
+  def test_the_link_check_reads_the_gems_own_frames_and_finds_the_link
+    out, err, status = run_ruby(LINK_PROBE, "SDB_DEBUG_LAYOUT" => "1")
+    assert status.success?, err
+    assert_match(%r{^sdb: caller/callee links: [1-9]\d* checked, 0 failed}, err)
+    assert_equal 8, JSON.parse(out)["link"][0]
+  end
+
   def test_a_wrong_local_table_size_is_withdrawn_and_profiling_goes_on
     out, err, status = run_ruby(LINK_PROBE, "SDB_TEST_CORRUPT_LAYOUT" => "body_local_table_size")
     assert status.success?, err
