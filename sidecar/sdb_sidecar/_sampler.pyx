@@ -583,6 +583,7 @@ cdef class Registry:
 cdef class Sampler:
     cdef Registry reg
     cdef pid_t pid
+    cdef char task_dir[256]             # where the target's threads are in procfs, by the registry's tids
     cdef sdb_layout L
     cdef uint32_t max_depth
     cdef uint64_t period_ns
@@ -656,6 +657,7 @@ cdef class Sampler:
         reg.check()                     # raises RegistryError: sizes checked once
         self.reg = reg
         self.pid = pid
+        snprintf(self.task_dir, sizeof(self.task_dir), "/proc/%d/task", <int>pid)
         self.L = reg.hdr.layout         # the sampler's own copy, checked here
         why = layout_problem(&self.L)
         if why is not None:
@@ -738,6 +740,19 @@ cdef class Sampler:
         r.iov_base = <void *>addr
         r.iov_len = n
         return process_vm_readv(self.pid, &l, 1, &r, 1, 0)
+
+    def use_task_dir(self, str path):
+        """The procfs directory whose entries are the target's threads by the tids its registry holds:
+        /proc/PID/task in our pid namespace; for a target in another one (a container), the task
+        directory of its own procfs (through /proc/PID/root). "": none (thread states from procfs
+        are then unknown). Called before the sampler runs."""
+        b = path.encode()
+        if len(b) >= sizeof(self.task_dir):
+            raise ValueError(f"task directory path too long: {path!r}")
+        pthread_mutex_lock(&self.mu)
+        memcpy(self.task_dir, <const char *>b, len(b))
+        self.task_dir[len(b)] = 0
+        pthread_mutex_unlock(&self.mu)
 
     def use_kernel_view(self, size_t address, uint32_t slots):
         """Ruby 3.1: read each thread's switch-in count and on-CPU bit from the kernel view mapped at
@@ -1726,11 +1741,14 @@ cdef class Sampler:
     # then the count still c) is its stack for as long as the count stays c: it cannot run Ruby
     # code without being switched in. That costs one pread per tick instead of a stack read.
     cdef ssize_t task_file(self, int *fd, uint32_t tid, const char *name, char *buf, size_t cap) noexcept nogil:
-        """/proc/<pid>/task/<tid>/<name> read into buf (the file stays open in *fd: fd + 1, 0 not yet
+        """<task_dir>/<tid>/<name> read into buf (the file stays open in *fd: fd + 1, 0 not yet
         open, -1 never). Returns the bytes read, <= 0 when it cannot be read."""
-        cdef char path[64]
+        cdef char path[320]
         if fd[0] == 0:
-            snprintf(path, sizeof(path), "/proc/%d/task/%u/%s", <int>self.pid, tid, name)
+            if self.task_dir[0] == 0:
+                fd[0] = -1
+                return 0
+            snprintf(path, sizeof(path), "%s/%u/%s", self.task_dir, tid, name)
             fd[0] = c_open(path, O_RDONLY | O_CLOEXEC) + 1
             if fd[0] <= 0:
                 fd[0] = -1                     # never again for this thread

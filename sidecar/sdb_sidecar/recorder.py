@@ -16,7 +16,7 @@ from . import __version__, _sampler
 from .drainer import Drainer
 from .errors import Exit, SdbError
 from .options import Options
-from .session import STALL_GRACE_S, Session
+from .session import STALL_GRACE_S, Session, new_sampler
 from .target import Target, check_readable, permission_error
 
 STATUS_INTERVAL_S = 0.5
@@ -46,7 +46,7 @@ def record(target: Target, out_path: str, opts: Options, status_stream=None, on_
     second (0: never pause). Returns the closing counts."""
     status_stream = status_stream or sys.stderr
     out = open_output(out_path)
-    sampler = _sampler.Sampler(target.registry, target.pid, opts.rate_hz, opts.max_depth)
+    sampler = new_sampler(target, opts)
     try:
         check_readable(target.pid, target.registry, sampler)
     except SdbError:

@@ -27,6 +27,13 @@ DRAIN_MAX_S = 0.5             # the longest: a drain wakes the Python thread, ~2
 STALL_GRACE_S = 3.0
 
 
+def new_sampler(target: Target, opts: Options) -> "_sampler.Sampler":
+    """The sampler for this target, told where procfs lists its threads (a container's own procfs)."""
+    sampler = _sampler.Sampler(target.registry, target.pid, opts.rate_hz, opts.max_depth)
+    sampler.use_task_dir(target.task_dir)
+    return sampler
+
+
 def start_ebpf(target: Target, max_rate: float = DEFAULT_MAX_RATE) -> EbpfSymbolizer:
     """The eBPF symbolizer for this target, attached (EbpfUnavailable says why not). The sampler
     uses its names once given `sym.named` (EbpfStarter)."""
@@ -96,6 +103,9 @@ def start_kernel_view(target: Target, sampler: "_sampler.Sampler", notice: bool)
     one notice if `notice`: when eBPF itself is missing, the symbolizer's notice said so)."""
     if not sampler.uses_thread_status:
         return None                     # Ruby >= 3.2: the gem's GVL hooks tell the sampler
+    if target.ns_pid != target.pid:
+        # the view is keyed by our tids, the registry holds the container's: procfs (its own) tells
+        return None
     kv = KernelView(target.pid)
     try:
         kv.start()

@@ -10,9 +10,8 @@ from typing import Dict, Tuple
 from sdb_symbolize.resolve import Frame, Resolver
 from sdb_trace import MemoryTrace
 
-from . import _sampler
 from .options import DEFAULTS, Options
-from .session import Session
+from .session import Session, new_sampler
 from .target import Target, permission_error
 
 TICKS = 5  # a thread whose read is torn twice in one tick gets another tick
@@ -32,7 +31,7 @@ class FirstStacks(MemoryTrace):
 
 
 def snapshot(target: Target, opts: Options = DEFAULTS) -> dict:
-    sampler = _sampler.Sampler(target.registry, target.pid, opts.rate_hz, opts.max_depth)
+    sampler = new_sampler(target, opts)
     trace = FirstStacks({"pid": target.pid, "ruby": target.info["ruby"], "rate_hz": opts.rate_hz})
     session = Session(target, sampler, trace, opts)
     for _ in range(TICKS):

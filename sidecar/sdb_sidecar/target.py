@@ -14,18 +14,20 @@ REGISTRY_PREFIX = "/dev/shm/sdb-"
 MAGIC = b"SDBREG\0\0"
 REGISTRY_VERSION = 1
 STATUS_STARTING, STATUS_ENABLED, STATUS_DISABLED = 0, 1, 2
-PERMISSION_HINT = ("run sdb-sidecar as the same user as the app, as root, or with CAP_SYS_PTRACE "
-                   "(with kernel.yama.ptrace_scope=1 a non-root user may only read its own children: "
-                   "use `sdb-sidecar record -- CMD`)")
+PERMISSION_HINT = ("sdb-sidecar needs CAP_SYS_PTRACE (root has it unless it was dropped, as in a container: "
+                   "add it) or to run as the app's own user (with kernel.yama.ptrace_scope=1 a non-root "
+                   "user may only read its own children: use `sdb-sidecar record -- CMD`)")
 
 
 @dataclass
 class Target:
-    pid: int
+    pid: int                    # in our pid namespace (the host's, for an app in a container)
     registry: "_sampler.Registry"
     info: dict
     command: list
     registry_ino: int = 0       # the registry file's inode (process.execd_another: did the app exec?)
+    ns_pid: int = 0             # the app's own pid in its pid namespace (= pid when it shares ours)
+    task_dir: str = ""          # procfs directory of its threads by the tids the registry holds ("": none)
 
     @property
     def ruby(self) -> str:
@@ -34,6 +36,67 @@ class Target:
 
 def registry_path(pid: int) -> str:
     return f"{REGISTRY_PREFIX}{pid}"
+
+
+@dataclass
+class Place:
+    """Where a process is, seen from here: its pid in its own pid namespace (the gem names its
+    registry by that pid), and the path of that registry as this process can open it."""
+    pid: int
+    ns_pid: int
+    registry: str
+    own_namespaces: bool        # the app has its own pid or mount namespace (a container)
+
+
+def ns_pid(pid: int) -> int:
+    """The process's pid in its innermost pid namespace (NSpid in /proc/PID/status: the pid in each
+    namespace from ours down to its own); `pid` when there is no NSpid line."""
+    with open(f"/proc/{pid}/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"NSpid:"):
+                return int(line.split()[-1])
+    return pid
+
+
+def same_mount_namespace(pid: int) -> bool:
+    """The process sees the files we see (its mount namespace is ours). Reading another process's
+    namespace link needs the right to read its memory: PermissionError then."""
+    return os.stat("/proc/self/ns/mnt").st_ino == os.stat(f"/proc/{pid}/ns/mnt").st_ino
+
+
+def place_of(pid: int) -> Place:
+    """A process in our namespaces has its registry at /dev/shm/sdb-PID; one in a container (its own
+    pid namespace, its own mounts and /dev/shm) at /dev/shm/sdb-<its own pid> in its own mounts,
+    which /proc/PID/root reaches from here."""
+    own = ns_pid(pid)
+    if own == pid and same_mount_namespace(pid):
+        return Place(pid, own, registry_path(pid), False)
+    return Place(pid, own, f"/proc/{pid}/root{registry_path(own)}", True)
+
+
+def task_dir_of(place: Place) -> str:
+    """The procfs directory that lists the process's threads by the tids its registry holds (those
+    of its own pid namespace): /proc/PID/task here; for a container, the task directory of its own
+    procfs, if it has one showing this very process (same start time and command name), else ""."""
+    if not place.own_namespaces or place.ns_pid == place.pid:
+        return f"/proc/{place.pid}/task"
+    theirs = f"/proc/{place.pid}/root/proc/{place.ns_pid}"
+    try:
+        with open(f"/proc/{place.pid}/stat", "rb") as f:
+            ours_stat = f.read()
+        with open(f"{theirs}/stat", "rb") as f:
+            their_stat = f.read()
+    except OSError:
+        return ""
+
+    def ident(stat_line: bytes):
+        close = stat_line.rindex(b")")
+        return stat_line[stat_line.index(b"(") + 1:close], stat_line[close + 2:].split()[19]
+
+    try:
+        return f"{theirs}/task" if ident(ours_stat) == ident(their_stat) else ""
+    except (ValueError, IndexError):
+        return ""
 
 
 def proc_start_ticks(pid: int) -> int:
@@ -80,7 +143,14 @@ def open_target(pid: int, wait_s: float = 2.0) -> Target:
     just starting, e.g. under `record`)."""
     if pid <= 0 or not process_exists(pid):
         raise SdbError(f"no process with pid {pid}", Exit.NO_SUCH_PROCESS)
-    path = registry_path(pid)
+    try:
+        place = place_of(pid)
+    except PermissionError:
+        raise SdbError(f"not allowed to see the namespaces of process {pid}: {PERMISSION_HINT}",
+                       Exit.PERMISSION) from None
+    except (OSError, ValueError):
+        raise SdbError(f"no process with pid {pid}", Exit.NO_SUCH_PROCESS) from None
+    path = place.registry
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -90,6 +160,8 @@ def open_target(pid: int, wait_s: float = 2.0) -> Target:
             if time.monotonic() >= deadline or not is_ruby(pid):
                 _no_registry(pid, path, stale=False)
             time.sleep(0.05)
+        except PermissionError:
+            raise SdbError(f"cannot look up {path}: permission denied; {PERMISSION_HINT}", Exit.PERMISSION) from None
     try:
         owner = os.stat(f"/proc/{pid}").st_uid
     except FileNotFoundError:
@@ -123,7 +195,7 @@ def open_target(pid: int, wait_s: float = 2.0) -> Target:
         ticks = proc_start_ticks(pid)
     except (OSError, ValueError, IndexError):
         raise SdbError(f"no process with pid {pid}", Exit.NO_SUCH_PROCESS) from None
-    if info["pid"] != pid or info["proc_start_ticks"] != ticks:
+    if info["pid"] != place.ns_pid or info["proc_start_ticks"] != ticks:
         _no_registry(pid, path, stale=True)
     while info["status"] == STATUS_STARTING and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -134,7 +206,8 @@ def open_target(pid: int, wait_s: float = 2.0) -> Target:
     if info["status"] != STATUS_ENABLED:
         raise SdbError(f"the sdb gem in process {pid} has not finished starting (status {info['status']})",
                        Exit.GEM_DISABLED)
-    return Target(pid=pid, registry=reg, info=info, command=command_line(pid), registry_ino=st.st_ino)
+    return Target(pid=pid, registry=reg, info=info, command=command_line(pid), registry_ino=st.st_ino,
+                  ns_pid=place.ns_pid, task_dir=task_dir_of(place))
 
 
 def _no_registry(pid: int, path: str, stale: bool):

@@ -31,7 +31,8 @@ def top_nap
   sleep
 end
 
-Thread.new { Thread.current.name = "top_sleeper"; top_nap }
+sleeper = Thread.new { Thread.current.name = "top_sleeper"; top_nap }
+Thread.pass until sleeper.status == "sleep" # named and in top_nap before anyone looks
 puts "ready " + JSON.generate({ "pid" => Process.pid, "hot_line" => 11 })
 x = 1
 x = top_caller(x) while true

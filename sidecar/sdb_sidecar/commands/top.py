@@ -12,7 +12,7 @@ from ..errors import Exit, SdbError
 from ..options import TOP_RATE_HZ, TOP_WINDOW_S, Options
 from ..live import LiveProfile, Settings, TABLE_HEAD, command_text, screen_lines
 from ..process import alive
-from ..session import DRAIN_INTERVAL_S, Session
+from ..session import DRAIN_INTERVAL_S, Session, new_sampler
 from ..target import check_readable, open_target, permission_error
 from .common import add_depth_argument, positive_float
 
@@ -42,7 +42,7 @@ class TopCommand:
             raise SdbError("top draws on a terminal: run it in one (or use attach/snapshot)", Exit.USAGE)
         # the watcher needs no eBPF: names are read when first sampled
         opts = Options.from_args(args, quiet=True, ebpf=False, duration_s=0.0)
-        sampler = _sampler.Sampler(target.registry, target.pid, opts.rate_hz, opts.max_depth)
+        sampler = new_sampler(target, opts)
         check_readable(target.pid, target.registry, sampler)
         live = LiveProfile({"pid": target.pid, "ruby": target.info["ruby"], "rate_hz": opts.rate_hz}, args.window)
         session = Session(target, sampler, live, opts)
