@@ -49,7 +49,12 @@ class ContainerApp(RubyTarget):
             except OSError:
                 return 0
             return int(kids[0]) if kids else 0
-        wait_for(lambda: child() and _ns_pid(child()) == 1, timeout, what="the container's first process")
+        def is_ruby(pid: int) -> bool:
+            try:
+                return os.path.realpath(os.readlink(f"/proc/{pid}/exe")) == os.path.realpath(SDB_RUBY)
+            except OSError:
+                return False
+        wait_for(lambda: child() and is_ruby(child()), timeout, what="the container's first process")
         self.pid = child()
         return self.pid
 
@@ -79,14 +84,16 @@ def _ns_pid(pid: int) -> int:
 
 @pytest.fixture
 def container_app(tmp_path):
-    """Factory: container_app("top_target.rb", *args, own_proc=True) starts the program in a new pid
-    and mount namespace with its own /dev/shm (and its own /proc unless own_proc=False), waits for
-    its "ready" line and returns it (.pid: the host pid). Killed at teardown."""
+    """Factory: container_app("top_target.rb", *args, own_proc=True, own_pids=True) starts the program
+    in a new pid and mount namespace with its own /dev/shm (and its own /proc unless own_proc=False;
+    own_pids=False: a mount namespace only, as another container of a pod sharing its pids sees
+    it), waits for its "ready" line and returns it (.pid: the host pid). Killed at teardown."""
     started: List[ContainerApp] = []
 
-    def start(program: str, *args: str, own_proc: bool = True) -> ContainerApp:
+    def start(program: str, *args: str, own_proc: bool = True, own_pids: bool = True) -> ContainerApp:
         stderr_path = tmp_path / f"container-{len(started)}.stderr"
-        unshare = ["unshare", "--pid", "--mount", "--fork"] + (["--mount-proc"] if own_proc else [])
+        unshare = (["unshare", "--pid", "--mount", "--fork"] + (["--mount-proc"] if own_proc else []) if own_pids
+                   else ["unshare", "--mount", "--fork"])
         with open(stderr_path, "w") as err:
             proc = subprocess.Popen([*unshare, "sh", "-c", CONTAINER_INIT, "sh", SDB_RUBY, *SDB_RUBY_ARGS,
                                      str(PROGRAMS / program), *args], stdin=subprocess.PIPE,
@@ -141,6 +148,20 @@ def test_snapshot_by_host_pid_shows_the_threads_by_the_containers_ids(container_
     assert "Object#top_nap" in labels, labels
     assert "Object#top_caller" in [f["label"] for f in threads[None]["frames"]] or \
         threads[None]["frames"][-1]["label"] == "<main>", threads[None]["frames"]
+
+
+def test_an_app_with_its_own_mounts_in_our_pid_namespace_is_found_by_its_pid(container_app):
+    # GIVEN an app with its own mounts and /dev/shm but our pids (a pod with shareProcessNamespace,
+    # seen from its other container)
+    app = container_app("top_target.rb", own_pids=False)
+    assert _ns_pid(app.pid) == app.pid and not os.path.exists(f"/dev/shm/sdb-{app.pid}")
+    # WHEN snapshot is given its pid
+    r = sidecar("snapshot", "--pid", str(app.pid), "--json")
+    # THEN its registry is found in its own /dev/shm and its threads are shown
+    assert r.returncode == 0, r.stderr
+    snap = json.loads(r.stdout)
+    assert {t["name"] for t in snap["threads"]} == {None, "top_sleeper"}, snap
+    assert {t["native_id"] for t in snap["threads"] if t["name"] is None} == {app.pid}
 
 
 @pytest.mark.parametrize("own_proc", [True, False], ids=["own /proc", "host /proc"])
