@@ -81,6 +81,48 @@ class TestForkAndExit < Minitest::Test
     refute File.exist?(path), "#{path} is gone after exit"
   end
 
+  # Fork-per-job servers end their children with exit!, which runs no at_exit: the parent removes
+  # the registries of its children once they are gone (reaped), at its next fork and at its exit.
+  def test_registries_of_children_ended_by_exit_bang_are_removed_by_the_parent
+    out, err, status = run_ruby(<<~RUBY)
+      require "sdb"
+      def child_path(pid_and_pipe)
+        pid, r = pid_and_pipe
+        path = r.gets.strip
+        [pid, path]
+      end
+      def start_child(hold = nil)
+        r, w = IO.pipe
+        pid = fork { r.close; w.puts(Sdb.registry_path); w.close; hold&.last&.close; hold&.first&.read; exit!(0) }
+        w.close
+        child_path([pid, r])
+      end
+      paths = 3.times.map { pid, path = start_child; Process.wait(pid); path }
+      puts paths.map { |p| File.exist?(p) }.inspect        # each gone before the next fork: removed
+      hold_r, hold_w = IO.pipe
+      alive_pid, alive_path = start_child([hold_r, hold_w])
+      short_pid, short_path = start_child
+      Process.wait(short_pid)
+      zombie_pid, zombie_path = start_child
+      sleep 0.01 until File.read("/proc/\#{zombie_pid}/stat").split(") ").last.start_with?("Z")
+      pid, = start_child
+      Process.wait(pid)
+      # a child alive, and a child ended but not reaped yet, keep theirs
+      puts [File.exist?(paths[2]), File.exist?(alive_path), File.exist?(zombie_path)].inspect
+      hold_w.close
+      Process.wait(alive_pid)
+      Process.wait(zombie_pid)
+      puts [alive_path, zombie_path, short_path, *paths].join(" ")
+    RUBY
+    assert status.success?, err
+    lines = out.lines.map(&:strip)
+    assert_equal "[false, false, true]", lines[0]
+    assert_equal "[false, true, true]", lines[1]
+    # the parent's exit removed those of its children gone by then
+    lines[2].split.each { |p| refute File.exist?(p), "#{p} left behind" }
+    assert_equal 6, lines[2].split.uniq.size
+  end
+
   def test_stale_file_with_our_pid_is_replaced
     out, err, status = run_ruby(<<~RUBY)
       File.write("/dev/shm/sdb-\#{Process.pid}", "stale")

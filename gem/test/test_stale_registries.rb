@@ -8,19 +8,24 @@ class TestStaleRegistries < Minitest::Test
   include SdbTestHelper
 
   # Registries left behind by two fork children of one sdb process (a fork child publishes its
-  # own registry; only `require "sdb"` sweeps stale ones): one ends by exit!, one by SIGKILL.
+  # own registry): one ends by exit!, one by SIGKILL; both are forked before either ends, and the
+  # parent ends by exit!, so that it neither forks nor exits after they are gone (it would remove
+  # its children's files then: test_fork_and_exit.rb).
   def leave_registries_behind
     out, err, status = run_ruby(<<~RUBY)
       require "sdb"
-      paths = [-> { exit!(0) }, -> { Process.kill(:KILL, Process.pid); sleep }].map do |ending|
+      go_r, go_w = IO.pipe
+      children = [-> { exit!(0) }, -> { Process.kill(:KILL, Process.pid); sleep }].map do |ending|
         r, w = IO.pipe
-        pid = fork { r.close; w.puts(Sdb.registry_path); w.close; ending.call }
+        pid = fork { r.close; w.puts(Sdb.registry_path); w.close; go_w.close; go_r.read; ending.call }
         w.close
-        path = r.read.strip
-        Process.wait(pid)
-        path
+        [pid, r.gets.strip]
       end
-      puts paths
+      go_w.close
+      children.each { |pid, _| Process.wait(pid) }
+      puts children.map(&:last)
+      $stdout.flush
+      exit!(0)
     RUBY
     assert status.success?, err
     paths = out.lines.map(&:strip)
@@ -41,6 +46,10 @@ class TestStaleRegistries < Minitest::Test
     reused = "/dev/shm/sdb-#{sleeper}"
     bytes = File.binread(by_exit)
     bytes[28, 4] = [sleeper].pack("L") # header.pid (offset 28)
+    # header.proc_start_ticks (offset 40): an earlier start than the sleeper's (the dead writer's
+    # own may fall in the same clock tick as the sleeper's start)
+    sleeper_ticks = Integer(File.read("/proc/#{sleeper}/stat").split(") ").last.split[19])
+    bytes[40, 8] = [sleeper_ticks - 1].pack("Q")
     File.binwrite(reused, bytes)
     File.chmod(0o600, reused)
     # not registries: a dead pid's file without the magic, and a symlink

@@ -44,6 +44,7 @@
 #define SDB_CHECK_FRAMES 2048
 #define SDB_PATH_CAP 1024
 #define SDB_STALE_SCAN_MAX 4096 /* directory entries looked at for stale registries, at most */
+#define SDB_CHILDREN_MAX 1024   /* fork children followed at once (sdb_sweep_children) */
 
 /* Ruby >= 3.3 names the thread in its thread event hooks (event_data->thread): the EXITED hook
  * finds the thread's slot by its rb_thread_t and M:N threads are followed. Before that (3.1, 3.2)
@@ -89,6 +90,8 @@ static struct {
     int end_proc_set;
     int hooked;           /* thread TracePoints, event hooks and the C methods are in place */
     pid_t pid;
+    pid_t children[SDB_CHILDREN_MAX]; /* fork children whose registries we remove when they are gone */
+    uint32_t nchildren;
     struct sdb_layout layout;
     char layout_name[16]; /* the row in use (a fork child publishes the same) */
     char path[64];
@@ -233,54 +236,97 @@ sdb_proc_start_ticks(void)
     return sdb_proc_start_ticks_of("/proc/self/stat");
 }
 
+/* The registry `name` (sdb-<pid>) in the directory dfd, removed if stale: a regular file of ours
+ * with the registry magic whose pid is no process, or a process started at another time than the
+ * one that wrote it (the pid was reused); a live writer's file, another user's, or anything else is
+ * left alone. The file is first renamed aside and removed only if it is still the very file that
+ * was checked (a new process with that pid may have just made its own). */
+static void
+sdb_remove_if_stale(int dfd, const char *name, long pid)
+{
+    char aside[96], stat_path[64];
+    int fd;
+    struct stat st, st2;
+    struct sdb_header h;
+    fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_size < (off_t)sizeof(h) ||
+        pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) || memcmp(h.magic, SDB_REGISTRY_MAGIC, 8) != 0 ||
+        (long)h.pid != pid) {
+        close(fd);
+        return;
+    }
+    close(fd);
+    if (kill((pid_t)pid, 0) == 0 || errno == EPERM) {
+        uint64_t ticks;
+        snprintf(stat_path, sizeof(stat_path), "/proc/%ld/stat", pid);
+        ticks = sdb_proc_start_ticks_of(stat_path);
+        if (!ticks || !h.proc_start_ticks || ticks == h.proc_start_ticks) return; /* its writer lives */
+    }
+    snprintf(aside, sizeof(aside), ".sdb-stale-%d-%ld", (int)getpid(), pid);
+    if (renameat(dfd, name, dfd, aside) != 0) return;
+    if (fstatat(dfd, aside, &st2, AT_SYMLINK_NOFOLLOW) == 0 && st2.st_ino == st.st_ino && st2.st_dev == st.st_dev)
+        unlinkat(dfd, aside, 0);
+    else
+        renameat2(dfd, aside, dfd, name, RENAME_NOREPLACE); /* not the file checked: put it back */
+}
+
 /* Registries of dead processes (exit!, SIGKILL, a crash leave theirs behind) of this user:
- * removed. A file is stale when it is a regular file of ours with the registry magic whose pid is
- * no process, or a process started at another time than the one that wrote it (the pid was
- * reused); a live writer's file, another user's, or anything else is left alone. The file is
- * first renamed aside and removed only if it is still the very file that was checked (a new
- * process with that pid may have just made its own). At most SDB_STALE_SCAN_MAX entries. */
+ * removed when stale (sdb_remove_if_stale). At most SDB_STALE_SCAN_MAX entries. */
 static void
 sdb_remove_stale_registries(void)
 {
     DIR *d = opendir("/dev/shm");
     struct dirent *e;
-    int seen = 0, dfd;
-    uid_t me = geteuid();
+    int seen = 0;
     if (!d) return;
-    dfd = dirfd(d);
     while ((e = readdir(d)) != NULL && seen++ < SDB_STALE_SCAN_MAX) {
-        char *end, aside[96], stat_path[64];
+        char *end;
         long pid;
-        int fd;
-        struct stat st, st2;
-        struct sdb_header h;
         if (strncmp(e->d_name, "sdb-", 4) != 0) continue;
         errno = 0;
         pid = strtol(e->d_name + 4, &end, 10);
         if (errno || *end || pid <= 0 || pid > INT_MAX || pid == (long)getpid()) continue;
-        fd = openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-        if (fd < 0) continue;
-        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != me || st.st_size < (off_t)sizeof(h) ||
-            pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) || memcmp(h.magic, SDB_REGISTRY_MAGIC, 8) != 0 ||
-            (long)h.pid != pid) {
-            close(fd);
-            continue;
-        }
-        close(fd);
-        if (kill((pid_t)pid, 0) == 0 || errno == EPERM) {
-            uint64_t ticks;
-            snprintf(stat_path, sizeof(stat_path), "/proc/%ld/stat", pid);
-            ticks = sdb_proc_start_ticks_of(stat_path);
-            if (!ticks || !h.proc_start_ticks || ticks == h.proc_start_ticks) continue; /* its writer lives */
-        }
-        snprintf(aside, sizeof(aside), ".sdb-stale-%d-%ld", (int)getpid(), pid);
-        if (renameat(dfd, e->d_name, dfd, aside) != 0) continue;
-        if (fstatat(dfd, aside, &st2, AT_SYMLINK_NOFOLLOW) == 0 && st2.st_ino == st.st_ino && st2.st_dev == st.st_dev)
-            unlinkat(dfd, aside, 0);
-        else
-            renameat2(dfd, aside, dfd, e->d_name, RENAME_NOREPLACE); /* not the file checked: put it back */
+        sdb_remove_if_stale(dirfd(d), e->d_name, pid);
     }
     closedir(d);
+}
+
+/* Fork children whose registries this process removes once they are gone: a child that ends by
+ * exit! (fork-per-job servers: Resque, and many a `fork { ...; exit! }`) or a signal cannot remove
+ * its own. Checked at each fork and at exit: kill(pid, 0) says ESRCH once the child was reaped
+ * (a zombie keeps its registry until then). With SDB_CHILDREN_MAX children alive at once, a
+ * further one is not followed: the next `require "sdb"` of this user removes its file. */
+static void
+sdb_sweep_children(void)
+{
+    uint32_t i, kept = 0;
+    int dfd = -1;
+    for (i = 0; i < sdb.nchildren; i++) {
+        pid_t pid = sdb.children[i];
+        if (kill(pid, 0) == 0 || errno != ESRCH) {
+            sdb.children[kept++] = pid;
+            continue;
+        }
+        if (dfd < 0 && (dfd = open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+            sdb.children[kept++] = pid;
+            continue;
+        }
+        {
+            char name[32];
+            snprintf(name, sizeof(name), "sdb-%d", (int)pid);
+            sdb_remove_if_stale(dfd, name, (long)pid);
+        }
+    }
+    sdb.nchildren = kept;
+    if (dfd >= 0) close(dfd);
+}
+
+static void
+sdb_follow_child(pid_t pid)
+{
+    sdb_sweep_children();
+    if (sdb.nchildren < SDB_CHILDREN_MAX) sdb.children[sdb.nchildren++] = pid;
 }
 
 static uint32_t
@@ -386,6 +432,7 @@ sdb_at_exit(VALUE unused)
 {
     (void)unused;
     if (sdb.path[0] && sdb.hdr && getpid() == sdb.pid) unlink(sdb.path);
+    if (getpid() == sdb.pid) sdb_sweep_children();
 }
 
 /* ---------- the layout check ---------- */
@@ -1218,6 +1265,7 @@ sdb_after_fork_child(char *why, size_t cap)
 {
     const char *reason;
     int was_enabled = sdb.enabled;
+    sdb.nchildren = 0;     /* the parent's children are not ours */
     if (!sdb.hdr) return NULL;
     sdb.enabled = 0;
     munmap(sdb.map, sdb.map_size);
@@ -1229,11 +1277,10 @@ sdb_after_fork_child(char *why, size_t cap)
     sdb.path[0] = 0;
     if (!was_enabled) return NULL;
     if ((reason = sdb_file_create(why, cap)) != NULL) return reason;
-    /* the layout was checked in the parent: same Ruby, same memory */
+    /* the layout was checked in the parent, and the symbol table found there: same Ruby, same
+     * memory (libruby's data is where it was; scanning it again cost a child ~1 ms) */
     sdb_copy_cstr(sdb.hdr->layout_name, sizeof(sdb.hdr->layout_name), sdb.layout_name, strlen(sdb.layout_name));
     memcpy(&sdb.hdr->layout, &sdb.layout, sizeof(sdb.layout));
-    sdb.layout.global_symbols_addr = sdb_find_global_symbols(&sdb.layout);
-    sdb.hdr->layout.global_symbols_addr = sdb.layout.global_symbols_addr;
     sdb.enabled = 1;
     __atomic_store_n(&sdb.hdr->status, SDB_STATUS_ENABLED, __ATOMIC_RELEASE);
     sdb_slot_register(rb_thread_current(), sdb_gettid(), rb_funcall(rb_thread_current(), sdb_id_name, 0),
@@ -1339,7 +1386,10 @@ static VALUE
 sdb_m_fork(VALUE self)
 {
     VALUE pid = sdb.orig_fork(self);
-    if (pid == INT2FIX(0)) {
+    if (FIXNUM_P(pid) && FIX2LONG(pid) > 0 && sdb.hdr) {
+        sdb_follow_child((pid_t)FIX2LONG(pid));
+    }
+    else if (pid == INT2FIX(0)) {
         char why[256];
         const char *reason = sdb_after_fork_child(why, sizeof(why));
         if (reason) {
