@@ -40,7 +40,6 @@ def cpu_s(reader_tid: int = 0) -> float:
 
 def run(cfg) -> str:
     sys.path.insert(0, os.path.join(common.ROOT, "sidecar"))
-    from sdb_sidecar import _leftright
     from sdb_sidecar.ebpf import EbpfSymbolizer, EbpfUnavailable, check_available
     from sdb_sidecar.target import open_target
     try:
@@ -53,8 +52,7 @@ def run(cfg) -> str:
     seconds = 0.5 + cycles * (2 * wait_s + 0.25) + 0.5
     marks, det, att = [], [], []
     with common.ruby_target(cfg, "eval_loop.rb", f"{seconds:.2f}", stdin=True) as target:
-        sym = EbpfSymbolizer(target.pid, open_target(target.pid).registry.layout, _leftright.LeftRightMap(4096),
-                             max_rate=0)
+        sym = EbpfSymbolizer(target.pid, open_target(target.pid).registry.layout, max_rate=0)
         sym.start()
         try:
             target.stdin.write("go\n")

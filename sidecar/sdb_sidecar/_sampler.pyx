@@ -29,7 +29,6 @@ from libc.stdio cimport snprintf
 from posix.unistd cimport close as c_close
 from posix.mman cimport mmap, munmap, PROT_READ, MAP_SHARED, MAP_FAILED
 from posix.stat cimport struct_stat, fstat
-from sdb_sidecar._leftright cimport LeftRightMap, lr_get
 
 cdef extern from "<sys/uio.h>" nogil:
     struct iovec:
@@ -616,7 +615,6 @@ cdef class Sampler:
     cdef uint64_t running_ec_word        #   stacks of this read_jobs call (gem: sdb_find_gc_words)
     cdef uint32_t gc_words_read          #   how many of the two reads succeeded
     cdef Gathered g                      # outputs since the last drain
-    cdef LeftRightMap named              # ISeqs the eBPF symbolizer named (None: no eBPF)
     cdef uint64_t *kv                    # 3.1: the kernel view (kview.py), NULL without it
     cdef uint32_t kv_mask
     # per slot
@@ -777,14 +775,6 @@ cdef class Sampler:
         status and the kernel (procfs, or the kernel view)."""
         return self.th_len != 0
 
-    def use_named(self, LeftRightMap named):
-        """ISeqs in `named` (written by the eBPF symbolizer) need no remote read at first sight.
-        May be called while the sampler runs (between two ticks)."""
-        with nogil:
-            pthread_mutex_lock(&self.mu)
-        self.named = named
-        pthread_mutex_unlock(&self.mu)
-
     def read_memory(self, uint64_t addr, size_t n):
         """Read n bytes at addr in the target; raises OSError (errno set) on failure or a short read."""
         cdef bytearray buf
@@ -876,12 +866,11 @@ cdef class Sampler:
         if span > BODY_SPAN:
             e.type = u32_at(bb, self.L.body_type)
             e.locals = u32_at(bb, self.L.body_local_table_size)
-        # a new ISeq, or a reused address: Python reads its symbol, unless eBPF named this very ISeq
-        # at birth: the map holds the instruction buffer eBPF saw (0 when what it named there is
-        # gone). Another ISeq at the address (one GC.compact moved there unseen, a later one born
-        # while the probes were paused) has another buffer, so it is read.
-        if not known and self.named is not None and lr_get(self.named.m, iseq, &size) and size == encoded:
-            return 1
+        # a new ISeq, or a reused address: handed to the Drainer, which names it from eBPF's birth
+        # record when eBPF saw its birth (attached from that birth to this sample: nothing born there
+        # unseen in between) and reads it otherwise. (A map of eBPF's names, trusted here when it held
+        # these instructions, named a method born unseen at a reused address with a reused buffer by
+        # its predecessor's name: the probes stop themselves before the map can be cleared.)
         if grow(<void **>&self.g.new_iseqs, &self.g.new_iseq_cap, self.g.new_iseq_len + 1, sizeof(AddrEvt)) == 0:
             self.g.new_iseqs[self.g.new_iseq_len].addr = iseq
             self.g.new_iseqs[self.g.new_iseq_len].at_ns = now

@@ -3,10 +3,10 @@
 `bpf/iseq_events.c` is compiled once per attach with bcc, with the layout row the gem published as
 constants, and attached (for the target process alone) as uretprobes on the functions that return
 a new ISeq, plus a uprobe on GC compaction's object mover where the build lets us find it
-(`probes.py` says which). A thread of this module reads the events, writes the new ISeq addresses
-into the left-right map in one batch per poll (the sampler's nogil loop reads it and skips the
-remote read of ISeqs named here), and queues them for the Drainer, which writes `iseq` records
-with `source: "ebpf"` and the event's own time.
+(`probes.py` says which). A thread of this module reads the events and queues them for the
+Drainer, which writes `iseq` records with `source: "ebpf"` and the event's own time, and names
+every ISeq a sample shows first from its birth record when eBPF saw that birth and nothing was born
+at its address unseen since (`attached_throughout`), by a remote read otherwise.
 
 Anything missing (not root, no bcc, no kernel headers, no uprobes, no probe point in the target)
 raises `EbpfUnavailable` with the reason: the caller prints one notice and the remote-read path
@@ -18,8 +18,9 @@ stop sending (the program sets its own pause flag at the record that spends the 
 taken out (a pause: ISeqs born then are named by remote reads at first sight), then attached again
 after a backoff. They are uprobe_multi links where the kernel has them, taken out without stalling
 the app (`uprobe_link`). A pause makes every name eBPF gave earlier uncertain (the address may have
-been freed and reused by an ISeq no probe saw): those addresses are marked 0 in the left-right map,
-and `attached_throughout` tells the Drainer which names still hold.
+been freed and reused by an ISeq no probe saw): `attached_throughout` tells the Drainer which names
+still hold. Its start is when the probes stopped themselves, which `sync` records before the
+Drainer names anything, even when the reader thread has not paused yet.
 """
 from __future__ import annotations
 
@@ -217,13 +218,13 @@ def check_available() -> None:
 class EbpfSymbolizer:
     """Compiles, attaches, and reads ISeq events of one target until close()."""
 
-    def __init__(self, pid: int, layout: dict, named, max_rate: float = DEFAULT_MAX_RATE):
+    def __init__(self, pid: int, layout: dict, max_rate: float = DEFAULT_MAX_RATE):
         self.pid = pid
         self.layout = layout
-        self.named = named                       # the LeftRightMap the sampler reads
         self.max_rate = max_rate                 # creation events per second before a pause (0: never)
         self.records: Deque[dict] = deque()      # for the Drainer, in event order
         self.pauses: List[list] = []             # [start_ns, end_ns or None]: creation probes detached
+        self._stop_recorded = False             # sync() recorded the start of a pause the probes began
         self._pause_lock = threading.Lock()
         self._consume_lock = threading.Lock()    # the reader thread and sync() take turns at the ring
         self._syncing = False
@@ -289,8 +290,6 @@ class EbpfSymbolizer:
         except Exception as e:
             self.close()
             raise EbpfUnavailable(f"cannot attach uprobes to {self.obj.path}: {e}") from None
-        self._batch_keys: List[int] = []
-        self._batch_vals: List[int] = []
         self.attached_ns = time.monotonic_ns()   # every ISeq born from now on has its record
         self._governor = Governor(self.max_rate, time.monotonic())
         self._wake = Wakeup()
@@ -360,21 +359,22 @@ class EbpfSymbolizer:
         """Detach the creation probes (gc_move stays: it costs nothing without compaction). ISeqs
         born from start_ns (now, or when the probes stopped themselves) are named by remote reads;
         what eBPF named before may be gone and its address reused unseen, so every such address is
-        marked 0 for the sampler (read remotely at first sight) and forgotten for moves."""
+        forgotten for moves. A pause
+        whose start `sync` already recorded (the probes had stopped themselves) keeps that start."""
         g = self._governor
         with self._pause_lock:
             self._paused = True
-            start_ns = start_ns or time.monotonic_ns()
-            self.pauses.append([start_ns, None])
+            if self._stop_recorded:
+                self._stop_recorded = False
+                start_ns = self.pauses[-1][0]
+            else:
+                start_ns = start_ns or time.monotonic_ns()
+                self.pauses.append([start_ns, None])
         self.records.append({"kind": "pause", "at_ns": start_ns, "rate": round(g.rate),
                              "backoff_s": g.backoff})
         self._detach_creators()
         self._bpf.ring_buffer_consume()          # the events born before the probes were gone
-        for addr in self._known:
-            self._batch_keys.append(addr)
-            self._batch_vals.append(0)
         self._known.clear()
-        self._publish()
 
     def _resume(self) -> None:
         try:
@@ -434,8 +434,17 @@ class EbpfSymbolizer:
             self._syncing = True
             try:
                 self._bpf.ring_buffer_consume()
-                self._publish()
                 self.lost = sum(self._bpf["dropped"][0])
+                # the probes stop sending by themselves at the record that spends the budget: from
+                # then on births go unseen, before the reader thread gets to pause. The Drainer must
+                # know it now (attached_throughout), or it would take an old birth's name for an
+                # ISeq born since at the same address.
+                if not self._paused and not self._stop_recorded:
+                    stopped_at = self._bpf["budget"][self._bpf["budget"].Key(2)].value
+                    if stopped_at:
+                        with self._pause_lock:
+                            self.pauses.append([stopped_at, None])
+                            self._stop_recorded = True
             finally:
                 self._syncing = False
 
@@ -475,26 +484,20 @@ class EbpfSymbolizer:
             return              # the binary loader hands out ISeqs it already loaded
         if not self._paused and h.time_ns >= self._trusted_from_ns and h.addr2 != 0:
             self._known[h.addr] = (info, h.addr2)
-            self._batch_keys.append(h.addr)
-            self._batch_vals.append(h.addr2)
         # else: born while the probes were going or coming back (some may have missed a birth at
-        # the same address then): the record names it from birth, but the sampler reads it remotely
+        # the same address then): the record names it from birth, but a move does not carry it
         self.records.append({"kind": "new", "addr": h.addr, "at_ns": h.time_ns, "probe": sym,
                              "label": label, "base_label": base_label, "path": path, "realpath": realpath,
                              "first_line": h.first_line, "type": h.type, "encoded": h.addr2})
 
     def _unname(self, addr: int) -> None:
-        """What eBPF named at addr no longer holds: value 0 tells the sampler to read it remotely."""
-        if self._known.pop(addr, None) is not None:
-            self._batch_keys.append(addr)
-            self._batch_vals.append(0)
+        """What eBPF named at addr no longer holds (a move does not carry it)."""
+        self._known.pop(addr, None)
 
     def _moved(self, old: int, new: int, t_ns: int) -> None:
         known = self._known.pop(old, None)
         if known is not None:
             self._known[new] = known            # a move keeps the body and its instructions
-            self._batch_keys.append(new)
-            self._batch_vals.append(known[1])
         else:
             self._unname(new)       # an ISeq eBPF did not name moved over one it did
         self.records.append({"kind": "move", "addr": new, "from": old, "at_ns": t_ns})
@@ -515,7 +518,6 @@ class EbpfSymbolizer:
                 with self._consume_lock:
                     if self._drained <= self._drain_budget:
                         self._bpf.ring_buffer_consume()
-                    self._publish()
                 sent = budget[budget.Key(0)].value
                 events, sent_seen = sent - sent_seen, sent
                 # quiet: poll less often (an ISeq born meanwhile is named later, or read remotely if
@@ -538,12 +540,6 @@ class EbpfSymbolizer:
                 if self._stop.is_set():
                     return
                 raise
-
-    def _publish(self) -> None:
-        if self._batch_keys:
-            keys, vals = self._batch_keys, self._batch_vals
-            self._batch_keys, self._batch_vals = [], []
-            self.named.put_many(keys, vals)
 
     def take(self) -> List[dict]:
         out = []
@@ -569,7 +565,6 @@ class EbpfSymbolizer:
             self._wake = None
             try:
                 self._bpf.ring_buffer_consume()
-                self._publish()
                 self.lost = sum(self._bpf["dropped"][0])
             except Exception:
                 pass

@@ -12,7 +12,7 @@ from typing import Optional
 
 from sdb_trace import TraceWriter
 
-from . import _leftright, _sampler
+from . import _sampler
 from .drainer import Drainer
 from .ebpf import DEFAULT_MAX_RATE, EbpfSymbolizer, EbpfUnavailable
 from .kview import KernelView
@@ -35,9 +35,9 @@ def new_sampler(target: Target, opts: Options) -> "_sampler.Sampler":
 
 
 def start_ebpf(target: Target, max_rate: float = DEFAULT_MAX_RATE) -> EbpfSymbolizer:
-    """The eBPF symbolizer for this target, attached (EbpfUnavailable says why not). The sampler
-    uses its names once given `sym.named` (EbpfStarter)."""
-    sym = EbpfSymbolizer(target.pid, target.registry.layout, _leftright.LeftRightMap(4096), max_rate)
+    """The eBPF symbolizer for this target, attached (EbpfUnavailable says why not). The Drainer
+    uses its births once given it (EbpfStarter)."""
+    sym = EbpfSymbolizer(target.pid, target.registry.layout, max_rate)
     sym.start()
     return sym
 
@@ -87,7 +87,6 @@ class EbpfStarter:
                 return
             self.kernel_view = kv
             if sym is not None:
-                self.sampler.use_named(sym.named)
                 self.symbolizer = sym
                 self.drainer.ebpf = sym
 
