@@ -9,6 +9,7 @@
   benchmarks/run.py ... --only first_sample                                       # issue #13 time to first sample (~3 min)
   benchmarks/run.py ... --only boot_real                                          # issue #13 rubocop's boot under record (~5 min)
   benchmarks/run.py ... --only gc_alloc                                           # issue #17 allocation with the gem, 3.1 GC (~3 min)
+  benchmarks/run.py ... --only fork_cost                                          # issue #18 fork + exit! with the gem (~3 min)
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import common  # noqa: E402
 import cpu_micro  # noqa: E402
 import ebpf_pause_cost  # noqa: E402
 import first_sample  # noqa: E402
+import fork_cost  # noqa: E402
 import gc_alloc  # noqa: E402
 import rails_overhead  # noqa: E402
 import sample_cost  # noqa: E402
@@ -34,7 +36,7 @@ import symbolize_formats  # noqa: E402
 
 BENCHMARKS = {m.NAME: m for m in (sample_cost, sidecar_cpu, busy_pace, cpu_micro, rails_overhead,
                                    symbolize_formats, boot_symbolizer, ebpf_pause_cost, first_sample, boot_real,
-                                   gc_alloc)}
+                                   gc_alloc, fork_cost)}
 
 
 def main() -> int:

@@ -3,6 +3,7 @@
 #   WORKLOAD  loop: 150 frames of recursion around a tight loop of SIZE iterations, repeated 20 times
 #             threads: SIZE times Thread.new { }.join
 #             alloc: SIZE times a 20-string Array kept in a ring of 20,000 (GC runs all the time)
+#             fork: SIZE times fork { exit!(0) } and wait for it (a fork-per-job server's loop)
 # Prints "ready <pid>", waits for a line on stdin, runs the workload once and prints
 # "result <wall seconds> <CPU seconds>" (around the workload only), then exits when stdin closes.
 profiler, workload, size, stackprof_out = ARGV
@@ -36,6 +37,10 @@ def threads_workload(count)
   count.times { Thread.new {}.join }
 end
 
+def fork_workload(count)
+  count.times { Process.wait(fork { exit!(0) }) }
+end
+
 def alloc_workload(count)
   keep = Array.new(20_000)
   count.times { |i| keep[i % keep.size] = Array.new(20) { |k| "s#{k}" } }
@@ -44,6 +49,7 @@ end
 work = case workload
        when "threads" then -> { threads_workload(size) }
        when "alloc" then -> { alloc_workload(size) }
+       when "fork" then -> { fork_workload(size) }
        else -> { loop_workload(size) }
        end
 $stdout.puts "ready #{Process.pid}"
