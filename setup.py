@@ -10,14 +10,5 @@ sampler = Extension(
     extra_compile_args=["-O2", "-Wno-unused-function"],
 )
 
-# the left-right map the eBPF symbolizer will feed and the sampler read (issue #4)
-leftright = Extension(
-    "sdb_sidecar._leftright",
-    sources=["sidecar/sdb_sidecar/_leftright.pyx"],
-    include_dirs=["sidecar/sdb_sidecar"],
-    extra_compile_args=["-O2", "-Wno-unused-function"],
-)
-
-# include_path: the sampler cimports the left-right map (sdb_sidecar/_leftright.pxd)
-setup(ext_modules=cythonize([sampler, leftright], compiler_directives={"language_level": "3"}, quiet=True,
+setup(ext_modules=cythonize([sampler], compiler_directives={"language_level": "3"}, quiet=True,
                            include_path=["sidecar"]))

@@ -745,12 +745,30 @@ cdef class Sampler:
         directory of its own procfs (through /proc/PID/root). "": none (thread states from procfs
         are then unknown). Called before the sampler runs."""
         b = path.encode()
-        if len(b) >= sizeof(self.task_dir):
+        cdef const char *src = b
+        cdef size_t n = len(b)
+        if n >= sizeof(self.task_dir):
             raise ValueError(f"task directory path too long: {path!r}")
-        pthread_mutex_lock(&self.mu)
-        memcpy(self.task_dir, <const char *>b, len(b))
-        self.task_dir[len(b)] = 0
-        pthread_mutex_unlock(&self.mu)
+        with nogil:
+            pthread_mutex_lock(&self.mu)
+            memcpy(self.task_dir, src, n)
+            self.task_dir[n] = 0
+            pthread_mutex_unlock(&self.mu)
+
+    def forget_iseqs(self):
+        """Every ISeq is new again: the next sample that shows one hands it to the Drainer, which
+        names it anew. Called when the eBPF creation probes stop or come back (a pause): an ISeq
+        born unseen at a known address, with the same instruction buffer as the one before it,
+        would otherwise pass for that one. Every thread's next sample is read whole and checked
+        (no frame taken from its previous sample, no idle reuse), so each ISeq on it is named anew."""
+        cdef uint32_t i
+        with nogil:
+            pthread_mutex_lock(&self.mu)
+            memset(self.iseqs, 0, self.iseq_cap * sizeof(IseqEnt))
+            self.iseq_count = 0
+            for i in range(self.nslots + 1):
+                self.cache[i].has_prev = 0
+            pthread_mutex_unlock(&self.mu)
 
     def use_kernel_view(self, size_t address, uint32_t slots):
         """Ruby 3.1: read each thread's switch-in count and on-CPU bit from the kernel view mapped at

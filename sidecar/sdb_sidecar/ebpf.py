@@ -33,9 +33,9 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Deque, Dict, List, Optional, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Tuple
 
-from . import _leftright, probes, uprobe_link
+from . import _sampler, probes, uprobe_link
 from .wakeup import Wakeup
 
 
@@ -225,6 +225,7 @@ class EbpfSymbolizer:
         self.records: Deque[dict] = deque()      # for the Drainer, in event order
         self.pauses: List[list] = []             # [start_ns, end_ns or None]: creation probes detached
         self._stop_recorded = False             # sync() recorded the start of a pause the probes began
+        self.on_pause: Optional[Callable[[], None]] = None  # called when the probes stop or come back
         self._pause_lock = threading.Lock()
         self._consume_lock = threading.Lock()    # the reader thread and sync() take turns at the ring
         self._syncing = False
@@ -270,8 +271,8 @@ class EbpfSymbolizer:
             raise EbpfUnavailable(f"the eBPF program did not load: {str(e).splitlines()[0] if str(e) else e}") \
                 from None
         try:
-            self._warm_target = (_leftright.__file__, probes.symbol_offset(_leftright.__file__,
-                                                                           "PyInit__leftright"))
+            # PyInit__sampler: a function of ours that ran once, at import
+            self._warm_target = (_sampler.__file__, probes.symbol_offset(_sampler.__file__, "PyInit__sampler"))
         except (OSError, probes.ProbeError, ImportError):
             self._warm_target = None
         try:
@@ -370,6 +371,7 @@ class EbpfSymbolizer:
             else:
                 start_ns = start_ns or time.monotonic_ns()
                 self.pauses.append([start_ns, None])
+        self._paused_changed()
         self.records.append({"kind": "pause", "at_ns": start_ns, "rate": round(g.rate),
                              "backoff_s": g.backoff})
         self._detach_creators()
@@ -391,6 +393,16 @@ class EbpfSymbolizer:
             self._paused = False
         self.records.append({"kind": "resume", "at_ns": end_ns})
         self._governor.resumed(time.monotonic())
+        self._paused_changed()
+
+    def _paused_changed(self) -> None:
+        """The sampler names every ISeq anew from now (on_pause: Sampler.forget_iseqs): the sooner
+        after a pause starts, the fewer samples whose names the pause voids (sdb_trace symbol_at)."""
+        if self.on_pause is not None:
+            try:
+                self.on_pause()
+            except Exception:
+                pass
 
     @property
     def attach_kind(self) -> str:
@@ -445,6 +457,7 @@ class EbpfSymbolizer:
                         with self._pause_lock:
                             self.pauses.append([stopped_at, None])
                             self._stop_recorded = True
+                        self._paused_changed()
             finally:
                 self._syncing = False
 

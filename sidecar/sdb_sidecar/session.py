@@ -88,6 +88,7 @@ class EbpfStarter:
             self.kernel_view = kv
             if sym is not None:
                 self.symbolizer = sym
+                sym.on_pause = self.sampler.forget_iseqs
                 self.drainer.ebpf = sym
 
     def finish(self) -> None:

@@ -68,8 +68,8 @@ class Resolver:
 
     def _ambiguous(self, fid: int) -> bool:
         kind = self.t.frame_kind[fid]
-        if kind == KIND_RUBY and len(self.t.iseqs.get(self.t.frame_iseq[fid], ())) > 1:
-            return True
+        if kind == KIND_RUBY and (len(self.t.iseqs.get(self.t.frame_iseq[fid], ())) > 1 or self.t.ebpf_pauses):
+            return True     # named by time (several names, or names that an eBPF pause ends)
         return len(self.t.cfuncs.get(self.t.frame_me[fid], ())) > 1
 
     def frame(self, fid: int, t_ns: int, caller: Optional[Frame], lo_ns: Optional[int] = None) -> Optional[Frame]:

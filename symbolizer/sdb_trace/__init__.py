@@ -6,6 +6,7 @@ one) or `load_tables` + `iter_samples` (the symbolizer's two streaming passes).
 """
 from __future__ import annotations
 
+import bisect
 import math
 import os
 from array import array
@@ -412,6 +413,7 @@ class Tables:
     cfuncs: Dict[int, List[Symbol]] = field(default_factory=dict)  # method entry -> `method` symbols
     end: Optional[dict] = None
     ebpf_pauses: List[List[Optional[int]]] = field(default_factory=list)  # [start_ns, end_ns or None]
+    _pause_starts: List[int] = field(default_factory=list)               # their starts (pause_start_before)
     sample_count: int = 0
     good_sample_records: int = 0
     error: Optional[TraceError] = None  # a Truncated/Corrupt met after the good records
@@ -472,20 +474,36 @@ class Tables:
         freed and its address reused, a GC move) is resolved by time, and strictly: None when no
         symbol is that old, or when `lo` is given (the sample's frames were copied somewhere in
         [lo, t]) and a symbol starts inside (lo, t]: the frame may show what the address meant
-        before or after it, so neither name is proven."""
+        before or after it, so neither name is proven.
+        An ISeq name written before an eBPF pause started does not hold after that start: births
+        went unseen from then, and one at this address could have taken its instructions' memory
+        too (the sidecar names every ISeq anew once it knows of the pause): None then."""
         syms = table.get(addr)
         if not syms:
             return None
         if len(syms) == 1:
-            return syms[0]
-        best = None
-        for s in syms:
-            if s.at_ns > t:
-                break
-            if lo is not None and s.at_ns > lo:
+            best = syms[0]
+        else:
+            best = None
+            for s in syms:
+                if s.at_ns > t:
+                    break
+                if lo is not None and s.at_ns > lo:
+                    return None
+                best = s
+        if best is not None and self.ebpf_pauses and table is self.iseqs:
+            start = self.pause_start_before(t)
+            if start is not None and best.at_ns < start:
                 return None
-            best = s
         return best
+
+    def pause_start_before(self, t: int) -> Optional[int]:
+        """The start of the last eBPF pause that started at or before t (None: none did)."""
+        starts = self._pause_starts
+        if len(starts) != len(self.ebpf_pauses):
+            starts = self._pause_starts = [p[0] for p in self.ebpf_pauses]
+        i = bisect.bisect_right(starts, t)
+        return starts[i - 1] if i else None
 
 
 def _check_ids(where: str, rec: dict, expected: int, what: str) -> None:

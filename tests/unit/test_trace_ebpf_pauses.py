@@ -27,9 +27,21 @@ def test_pauses_are_read_with_their_ends(tmp_path):
     # GIVEN a trace with two pauses, WHEN its tables are loaded
     write(tmp_path / "t.msgpack", with_pauses=True)
     t = load_tables(str(tmp_path / "t.msgpack"))
-    # THEN both pauses are there with their times, and the symbols are unaffected
+    # THEN both pauses are there with their times
     assert t.ebpf_pauses == [[100, 600], [700, 1700]] and t.error is None
-    assert t.symbol_at(t.iseqs, 0x1000, 640).label == "foo" and t.symbol_at(t.iseqs, 0x1000, 650).label == "bar"
+
+
+def test_an_iseq_name_written_before_a_pause_does_not_hold_after_its_start(tmp_path):
+    # GIVEN foo named by eBPF at 10, a pause from 100 to 600 and from 700, bar read remotely at 650
+    write(tmp_path / "t.msgpack", with_pauses=True)
+    t = load_tables(str(tmp_path / "t.msgpack"))
+    # THEN foo holds until the first pause starts: births went unseen from then on, and an ISeq born
+    # at its address could have taken its instruction buffer too (a wrong name, not a missing one)
+    assert t.symbol_at(t.iseqs, 0x1000, 99).label == "foo"
+    assert t.symbol_at(t.iseqs, 0x1000, 100) is None and t.symbol_at(t.iseqs, 0x1000, 640) is None
+    # AND bar, written after that start, holds until the next pause starts
+    assert t.symbol_at(t.iseqs, 0x1000, 650).label == "bar" and t.symbol_at(t.iseqs, 0x1000, 699).label == "bar"
+    assert t.symbol_at(t.iseqs, 0x1000, 700) is None and t.symbol_at(t.iseqs, 0x1000, 1800) is None
 
 
 def test_a_pause_still_running_at_the_end_has_no_end(tmp_path):
