@@ -160,9 +160,11 @@ class Drainer:
         if self.ebpf is not None:
             pauses = self.ebpf.pauses
             now = (len(pauses), bool(pauses) and pauses[-1][1] is not None)
-            if now != self.pauses_seen:
+            if now != self.pauses_seen or self.ebpf.paused:
                 # the probes stopped or came back: the sampler names every ISeq anew from now on (the
-                # symbolizer takes no name written before a pause for a sample after its start)
+                # symbolizer takes no name written before a pause for a sample after its start).
+                # While they are out, at every drain: an ISeq born unseen at an address the sampler
+                # knows, on the same instructions' memory, passes for the one before it until then
                 self.pauses_seen = now
                 self.sampler.forget_iseqs()
         for ev in d["threads"]:

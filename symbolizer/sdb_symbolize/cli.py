@@ -159,6 +159,11 @@ def run(args) -> int:
         if output is not None:
             output.discard()
         raise
+    if samples.samples_unnamed:
+        pauses = f"; the trace has {len(tables.ebpf_pauses)} eBPF pause(s), and a name given before a pause is " \
+                 f"not taken after it starts" if tables.ebpf_pauses else ""
+        sys.stderr.write(f"sdb-symbolize: note: {samples.samples_unnamed} of the {samples.samples_out} samples shown "
+                         f"have a frame no name could be proven for, shown as (unknown ISeq 0x...){pauses}\n")
     if tables.error is None and samples.samples_in and not samples.samples_out:
         sys.stderr.write(f"sdb-symbolize: warning: none of the {samples.samples_in} samples match the filters "
                          f"(--thread, --from/--to, --idle)\n")

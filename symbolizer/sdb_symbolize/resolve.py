@@ -14,6 +14,9 @@ from sdb_trace import KIND_CFUNC, KIND_GC, KIND_RUBY, KIND_TRUNCATED, Tables
 from .labels import GC_LABEL, LABELS_SDB, TRUNCATED_LABEL, full_label, method_fits, names_its_method, qualified_name
 
 
+UNKNOWN_ISEQ_PREFIX = "(unknown ISeq 0x"     # the label of a Ruby frame no name could be proven for
+
+
 class Frame:
     __slots__ = ("name", "label", "path", "line", "located_at_caller", "cfunc")
 
@@ -68,8 +71,11 @@ class Resolver:
 
     def _ambiguous(self, fid: int) -> bool:
         kind = self.t.frame_kind[fid]
-        if kind == KIND_RUBY and (len(self.t.iseqs.get(self.t.frame_iseq[fid], ())) > 1 or self.t.ebpf_pauses):
-            return True     # named by time (several names, or names that an eBPF pause ends)
+        if kind == KIND_RUBY:
+            syms = self.t.iseqs.get(self.t.frame_iseq[fid], ())
+            # named by time: several names, or a name an eBPF pause ends (one written before it)
+            if len(syms) > 1 or (syms and self.t.ebpf_pauses and syms[0].at_ns < self.t.ebpf_pauses[-1][0]):
+                return True
         return len(self.t.cfuncs.get(self.t.frame_me[fid], ())) > 1
 
     def frame(self, fid: int, t_ns: int, caller: Optional[Frame], lo_ns: Optional[int] = None) -> Optional[Frame]:
@@ -85,7 +91,7 @@ class Resolver:
             iseq = self.t.frame_iseq[fid]
             sym = self.t.symbol_at(self.t.iseqs, iseq, t_ns, lo_ns)
             if sym is None:
-                return Frame(f"(unknown ISeq 0x{iseq:x})", None, 0)
+                return Frame(f"{UNKNOWN_ISEQ_PREFIX}{iseq:x})", None, 0)
             if not method_fits(sym.record, method) and names_its_method(sym.record):
                 method = self.agreed_method(iseq, sym, t_ns) or method
             if sym.record.get("c_trace"):

@@ -13,7 +13,7 @@ from typing import Dict, FrozenSet, Iterable, Optional, Tuple
 from sdb_trace import STATE_BLOCKED, STATE_NAMES, STATE_UNKNOWN, Tables, iter_samples
 
 from .labels import LABELS_SDB
-from .resolve import Frame, Resolver, thread_label
+from .resolve import UNKNOWN_ISEQ_PREFIX, Frame, Resolver, thread_label
 
 
 class FilterError(Exception):
@@ -140,6 +140,8 @@ class SamplePass:
         self.ambiguous = self._ambiguous_stacks()
         self.samples_in = 0    # samples read
         self.samples_out = 0   # samples handed over
+        self.samples_unnamed = 0  # of those, samples with a frame no name could be proven for
+        self._unnamed: Dict[int, bool] = {}     # Stack.id -> it has such a frame
 
     # ------------------------------------------------------------------ filters
     def _thread_filter(self) -> Optional[FrozenSet[int]]:
@@ -158,8 +160,9 @@ class SamplePass:
 
     def _ambiguous_stacks(self) -> FrozenSet[int]:
         """Stack ids whose names depend on time (an address named twice): resolved per sample."""
-        if not any(len(v) > 1 for table in (self.t.iseqs, self.t.cfuncs) for v in table.values()):
-            return frozenset()                  # no address was ever named twice: the usual case
+        if not self.t.ebpf_pauses and \
+                not any(len(v) > 1 for table in (self.t.iseqs, self.t.cfuncs) for v in table.values()):
+            return frozenset()                  # no address was ever named twice, no pause: the usual case
         fids = {fid for fid in range(len(self.t.frame_kind)) if self.resolver._ambiguous(fid)}
         if not fids:
             return frozenset()
@@ -189,6 +192,13 @@ class SamplePass:
         if s is None:
             s = self._by_sid[key] = self._named(sid, state, t_ns)
         return s
+
+    def has_unnamed(self, stack: Stack) -> bool:
+        """The stack has a Ruby frame whose ISeq no name could be proven for: `(unknown ISeq 0x...)`."""
+        u = self._unnamed.get(stack.id)
+        if u is None:
+            u = self._unnamed[stack.id] = any(f.label.startswith(UNKNOWN_ISEQ_PREFIX) for f in stack.frames)
+        return u
 
     def thread(self, serial: int) -> Thread:
         th = self.threads.get(serial)
@@ -243,6 +253,8 @@ class SamplePass:
                 continue
             stack = sid if isinstance(sid, Stack) else self.stack(sid, st, 0)
             self.samples_out += n
+            if self.has_unnamed(stack):
+                self.samples_unnamed += n
             reporter.add(self.thread(serial), stack, st, None, n)
 
     def _timeline(self, reporter, progress) -> None:
@@ -277,6 +289,8 @@ class SamplePass:
                         stack = cache[key] = self.stack(sid, st, t)
                 add(thread(th), stack, st, t, 1)
                 out += 1
+                if self.has_unnamed(stack):
+                    self.samples_unnamed += 1
             self.samples_out += out
 
         iter_samples(self.path, on_batch, limit=self.t.good_sample_records, windows=True)
