@@ -19,11 +19,10 @@ from typing import List
 
 import pytest
 
-from conftest import (PROGRAMS, SDB_RUBY, SDB_RUBY_ARGS, SIDECAR, REPO, RubyTarget, ebpf_attached_so_far, read_trace,
-                      ruby_env, wait_for)
+from conftest import PROGRAMS, SDB_RUBY, SDB_RUBY_ARGS, SIDECAR, REPO, RubyTarget, read_trace, ruby_env, wait_for
 from sdb_trace import STATE_BLOCKED, STATE_RUNNING
 from terminal import Tmux, samples_shown
-from test_ebpf_symbolizer import ebpf_missing, sample_on_then_stop, sampled_labels
+from test_ebpf_symbolizer import ebpf_missing, sample_on_then_stop, sampled_labels, start_recording
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                                 reason="containers are made with unshare, as root")
@@ -186,12 +185,8 @@ def test_attach_by_host_pid_gives_each_thread_its_state(container_app, tmp_path,
 @pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")
 def test_attach_by_host_pid_records_and_names_with_ebpf(container_app, sidecar_process, tmp_path):
     # GIVEN an app in a container that defines and runs methods once the recording is on
-    app = container_app("eval_after_attach.rb")
-    out = tmp_path / "trace.msgpack"
-    rec = sidecar_process("attach", "--pid", str(app.pid), "-o", str(out), "--duration", "600", "-q")
-    # WHEN the eBPF symbolizer is attached and the app loads its methods
-    wait_for(lambda: ebpf_attached_so_far(out) or rec.poll() is not None, 120, what="eBPF attached")
-    assert rec.poll() is None, rec.communicate()[1]
+    # WHEN it is recorded by its host pid, the eBPF symbolizer is attached and the app loads its methods
+    app, rec, out = start_recording(container_app, sidecar_process, tmp_path, "eval_after_attach.rb")
     (tmp_path / "load").mkdir()
     app.send(f"go {tmp_path / 'load'}\n")
     app.wait_for_line("ran ", timeout=60)
