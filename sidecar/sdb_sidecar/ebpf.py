@@ -236,7 +236,7 @@ class EbpfSymbolizer:
         self._drain_budget = float("inf")        # ... and how many it may take before the governor looks
         self.lost = 0                            # records the probes dropped (ring buffer full)
         self.counts: Dict[str, int] = {}         # events per probe symbol
-        # addr -> (the name last sent for it, its instruction buffer: the left-right map's value)
+        # addr -> (the name eBPF gave it, its instruction buffer): what a GC move carries to its new address
         self._known: Dict[int, Tuple[tuple, int]] = {}
         self._stop = threading.Event()
         self._wake: Optional[Wakeup] = None      # close() wakes the reader with it
