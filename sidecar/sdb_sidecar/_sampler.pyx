@@ -246,6 +246,7 @@ cdef enum:
     ISEQ_SPAN = 32          # bytes read from an ISeq: flags, wrapper, body
     BODY_SPAN = 32          # bytes read from an ISeq body: type, size, encoded
     BODY_SPAN_MAX = 512     # ... and up to local_table_size, where the layout has it
+    ME_SPAN = 40            # bytes read from a method entry seen first: flags, defined_class, def, ...
     LINK_DEPTH = 32         # frames from the leaf whose link to their caller is checked (link_ok)
 
 cdef uint64_t NO_EP = 0xffffffffffffffffULL
@@ -302,7 +303,9 @@ cdef struct ThreadEvt:
 cdef struct AddrEvt:
     uint64_t addr
     uint64_t at_ns
-    uint64_t encoded     # new ISeqs: iseq_encoded as seen (the remote read must find the same ISeq)
+    uint64_t encoded     # new ISeqs: iseq_encoded as seen (the remote read must find the same ISeq);
+                         # new method entries: its definition (me->def) as seen
+    uint64_t klass       # new method entries: its defined_class as seen (0: not read)
 
 cdef struct RawFrame:       # one frame as read, before interning
     uint64_t iseq
@@ -466,6 +469,8 @@ cdef object layout_problem(const sdb_layout *L):
             or L.body_type + 4 > BODY_SPAN \
             or (L.body_local_table_size != LAYOUT_NA and L.body_local_table_size + 4 > BODY_SPAN_MAX):
         return "an ISeq field lies outside the span read"
+    if L.me_def + 8 > ME_SPAN or L.me_defined_class + 8 > ME_SPAN:
+        return "a method entry field lies outside the span read"
     return None
 
 
@@ -899,6 +904,7 @@ cdef class Sampler:
     cdef void note_me(self, uint64_t me, uint64_t now) noexcept nogil:
         cdef uint64_t mask, i, j, oldcap
         cdef uint64_t *old
+        cdef uint8_t mb[ME_SPAN]
         if me == 0:
             return
         if (self.me_count + 1) * 2 > self.me_set_cap:
@@ -928,6 +934,13 @@ cdef class Sampler:
         if grow(<void **>&self.g.new_mes, &self.g.new_me_cap, self.g.new_me_len + 1, sizeof(AddrEvt)) == 0:
             self.g.new_mes[self.g.new_me_len].addr = me
             self.g.new_mes[self.g.new_me_len].at_ns = now
+            # what the entry is now: the Drainer's later read must find the same definition and class
+            # (GC.compact moves method entries, and a freed one's memory is reused)
+            self.g.new_mes[self.g.new_me_len].encoded = 0
+            self.g.new_mes[self.g.new_me_len].klass = 0
+            if self.read1(me, mb, ME_SPAN) == ME_SPAN:
+                self.g.new_mes[self.g.new_me_len].encoded = u64_at(mb, self.L.me_def)
+                self.g.new_mes[self.g.new_me_len].klass = u64_at(mb, self.L.me_defined_class)
             self.g.new_me_len += 1
 
     cdef inline uint64_t frame_hash(self, const FrameEnt *f) noexcept nogil:
@@ -2250,7 +2263,8 @@ cdef class Sampler:
                     for i in range(taken.tevt_len)],
                 "new_iseqs": [(taken.new_iseqs[i].addr, taken.new_iseqs[i].at_ns) for i in range(taken.new_iseq_len)],
                 "new_iseq_encoded": [taken.new_iseqs[i].encoded for i in range(taken.new_iseq_len)],
-                "new_mes": [(taken.new_mes[i].addr, taken.new_mes[i].at_ns) for i in range(taken.new_me_len)],
+                "new_mes": [(taken.new_mes[i].addr, taken.new_mes[i].at_ns, taken.new_mes[i].encoded,
+                             taken.new_mes[i].klass) for i in range(taken.new_me_len)],
             }
             if encode_samples:
                 out["samples_record"] = encode_samples_record(smp, taken.sample_len)

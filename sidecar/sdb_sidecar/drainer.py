@@ -173,9 +173,9 @@ class Drainer:
         for (addr, lo), encoded in zip(d["new_iseqs"], d["new_iseq_encoded"]):
             self.to_read.append((addr, lo, encoded))
         self.name_remotely()
-        for me, at_ns in d["new_mes"]:
+        for me, at_ns, definition, klass in d["new_mes"]:
             try:
-                m = self.remote.method_info(me)
+                m = self.remote.method_info(me, expect=(definition, klass) if definition else None)
             except RemoteReadError:
                 self.symbol_errors += 1
                 m = {"name": None, "type": -1, "class_path": None, "singleton": False}

@@ -190,12 +190,14 @@ class RemoteRuby:
         """The name Ruby's backtrace gives a C method frame (its original method name)."""
         return self.method_info(me)["name"]
 
-    def method_info(self, me: int) -> dict:
+    def method_info(self, me: int, expect: Optional[Tuple[int, int]] = None) -> dict:
         """What naming a frame needs from a callable method entry (rb_profile_frame_full_label):
         `name` (cfunc: the original method name; a Ruby method: its ISeq's base label), `type`
         (method definition type: 0 ISeq, 1 C function, 4 define_method, ...), `class_path` (the
         path of the class it is defined in, as rb_profile_frame_classpath gives it; None when
-        unknown) and `singleton` (a singleton method: `Foo.bar`, not `Foo#bar`)."""
+        unknown) and `singleton` (a singleton method: `Foo.bar`, not `Foo#bar`). `expect`: the
+        (def, defined_class) the sampler saw there; another pair means the entry was moved or
+        replaced since (RemoteReadError: no name rather than another entry's)."""
         L = self.L
         head = self.read(me, 40, "method entry")
         flags = struct.unpack_from("<Q", head, 0)[0]
@@ -203,6 +205,8 @@ class RemoteRuby:
             raise RemoteReadError(f"0x{me:x} is not a method entry")
         defined_class = struct.unpack_from("<Q", head, L["me_defined_class"])[0]
         d = struct.unpack_from("<Q", head, L["me_def"])[0]
+        if expect is not None and expect != (d, defined_class):
+            raise RemoteReadError(f"the method entry at 0x{me:x} was moved or replaced before it was read")
         dbytes = self.read(d, L["def_original_id"] + 8, "method definition")
         mtype = dbytes[0] & 0xF
         name = None
