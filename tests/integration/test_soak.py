@@ -22,10 +22,11 @@ OWN = re.compile(r"^(?:(?:block|rescue|ensure)(?: \(\d+ levels\))? in )*(?:Objec
 RUBYS = re.compile(r"^(?:(?:block|rescue|ensure)(?: \(\d+ levels\))? in )*"
                    r"(?:[A-Z][A-Za-z0-9_]*(?:::[A-Z][A-Za-z0-9_]*)*|#<(?:Class|Module):0x[0-9a-f]+>)"
                    r"[#.](?:[a-z_][A-Za-z0-9_]*[?!=]?|[^A-Za-z0-9_\s;()]+)$")
-# (the second form: Ruby's own rb_profile_frame_classpath of an anonymous class. A `-> { }` literal
-# is a call of `lambda` on the VM's frozen core object, an anonymous class whose singleton class
-# holds it (vm.c: rb_define_method_id(klass, idLambda, f_lambda, 0)): Ruby's own label of that C
-# frame is `#<Class:0x...>.lambda`, sampled now and then while soak.rb builds its `parts`)
+# (the second form: what Ruby's own rb_profile_frame_classpath gives for an object that is no class.
+# A `-> { }` literal calls `lambda` on the VM's frozen core, RubyVM::FrozenCore, whose singleton
+# class holds it (vm.c: rb_define_method_id(klass, idLambda, f_lambda, 0)); the core is flagged
+# T_ICLASS, so Ruby names it `#<Class:0x...>`: the C frame `#<Class:0x...>.lambda`, sampled now and
+# then while soak.rb builds its `parts`)
 
 
 def unrecorded(tmp_path, with_gem: bool) -> str:
