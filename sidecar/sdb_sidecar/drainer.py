@@ -48,7 +48,6 @@ class Drainer:
         self.births: dict = {}      # addr -> [(at_ns, name or None, instructions)], eBPF births, oldest first
         self.to_read: list = []     # [(addr, lo_ns, instructions)]: ISeqs to name by reading the target
         self.ebpf_announced = False     # the trace's ebpf_attached record is written
-        self.pauses_seen = (0, False)   # the eBPF pauses known at the last drain: (count, last one ended)
 
     def write_iseq(self, addr: int, at_ns: int, source: str, info: dict, **extra) -> None:
         self.remote.forget(addr)    # a new ISeq here: cached facts about the address are stale
@@ -157,16 +156,11 @@ class Drainer:
             self.ebpf_announced = True
             w.ebpf_attached(self.ebpf.attached_ns, self.ebpf.attach_kind)
         self.sync_ebpf()        # every ISeq the samples above show was born before this
-        if self.ebpf is not None:
-            pauses = self.ebpf.pauses
-            now = (len(pauses), bool(pauses) and pauses[-1][1] is not None)
-            if now != self.pauses_seen or self.ebpf.paused:
-                # the probes stopped or came back: the sampler names every ISeq anew from now on (the
-                # symbolizer takes no name written before a pause for a sample after its start).
-                # While they are out, at every drain: an ISeq born unseen at an address the sampler
-                # knows, on the same instructions' memory, passes for the one before it until then
-                self.pauses_seen = now
-                self.sampler.forget_iseqs()
+        if self.ebpf is not None and self.ebpf.paused:
+            # the sampler names every ISeq anew when the probes stop and come back (on_pause), and
+            # while they are out at every drain: an ISeq born unseen at an address it knows, on the
+            # same instructions' memory, passes for the one before it until then
+            self.sampler.forget_iseqs()
         for ev in d["threads"]:
             if not ev["ended"]:
                 w.thread(ev["serial"], ev["tid"], ev["name"], ev["start_ns"], ev["flags"], ev["at_ns"])

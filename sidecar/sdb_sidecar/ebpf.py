@@ -218,14 +218,15 @@ def check_available() -> None:
 class EbpfSymbolizer:
     """Compiles, attaches, and reads ISeq events of one target until close()."""
 
-    def __init__(self, pid: int, layout: dict, max_rate: float = DEFAULT_MAX_RATE):
+    def __init__(self, pid: int, layout: dict, max_rate: float = DEFAULT_MAX_RATE,
+                 on_pause: Optional[Callable[[], None]] = None):
         self.pid = pid
         self.layout = layout
         self.max_rate = max_rate                 # creation events per second before a pause (0: never)
         self.records: Deque[dict] = deque()      # for the Drainer, in event order
         self.pauses: List[list] = []             # [start_ns, end_ns or None]: creation probes detached
         self._stop_recorded = False             # sync() recorded the start of a pause the probes began
-        self.on_pause: Optional[Callable[[], None]] = None  # called when the probes stop or come back
+        self.on_pause = on_pause                 # called when the probes stop or come back
         self._pause_lock = threading.Lock()
         self._consume_lock = threading.Lock()    # the reader thread and sync() take turns at the ring
         self._syncing = False
@@ -411,7 +412,8 @@ class EbpfSymbolizer:
 
     @property
     def paused(self) -> bool:
-        return self._paused
+        """The creation probes send nothing: paused, or stopped by themselves (recorded by sync)."""
+        return self._paused or self._stop_recorded
 
     def attached_throughout(self, a_ns: int, b_ns: int) -> bool:
         """True if the creation probes were attached all the time from a_ns to b_ns, and no record

@@ -34,10 +34,11 @@ def new_sampler(target: Target, opts: Options) -> "_sampler.Sampler":
     return sampler
 
 
-def start_ebpf(target: Target, max_rate: float = DEFAULT_MAX_RATE) -> EbpfSymbolizer:
+def start_ebpf(target: Target, sampler: "_sampler.Sampler", max_rate: float = DEFAULT_MAX_RATE) -> EbpfSymbolizer:
     """The eBPF symbolizer for this target, attached (EbpfUnavailable says why not). The Drainer
-    uses its births once given it (EbpfStarter)."""
-    sym = EbpfSymbolizer(target.pid, target.registry.layout, max_rate)
+    uses its births once given it (EbpfStarter); the sampler names every ISeq anew whenever the
+    probes stop or come back."""
+    sym = EbpfSymbolizer(target.pid, target.registry.layout, max_rate, on_pause=sampler.forget_iseqs)
     sym.start()
     return sym
 
@@ -68,7 +69,7 @@ class EbpfStarter:
     def _start(self) -> None:
         sym = kv = None
         try:
-            sym = start_ebpf(self.target, self.max_rate)
+            sym = start_ebpf(self.target, self.sampler, self.max_rate)
         except Exception as e:      # the recording goes on without eBPF whatever happened here
             why = str(e) if isinstance(e, EbpfUnavailable) else f"{e.__class__.__name__}: {e}"
             with self._lock:
@@ -88,7 +89,6 @@ class EbpfStarter:
             self.kernel_view = kv
             if sym is not None:
                 self.symbolizer = sym
-                sym.on_pause = self.sampler.forget_iseqs
                 self.drainer.ebpf = sym
 
     def finish(self) -> None:

@@ -413,7 +413,6 @@ class Tables:
     cfuncs: Dict[int, List[Symbol]] = field(default_factory=dict)  # method entry -> `method` symbols
     end: Optional[dict] = None
     ebpf_pauses: List[List[Optional[int]]] = field(default_factory=list)  # [start_ns, end_ns or None]
-    _pause_starts: List[int] = field(default_factory=list)               # their starts (pause_start_before)
     sample_count: int = 0
     good_sample_records: int = 0
     error: Optional[TraceError] = None  # a Truncated/Corrupt met after the good records
@@ -499,11 +498,8 @@ class Tables:
 
     def pause_start_before(self, t: int) -> Optional[int]:
         """The start of the last eBPF pause that started at or before t (None: none did)."""
-        starts = self._pause_starts
-        if len(starts) != len(self.ebpf_pauses):
-            starts = self._pause_starts = [p[0] for p in self.ebpf_pauses]
-        i = bisect.bisect_right(starts, t)
-        return starts[i - 1] if i else None
+        i = bisect.bisect_right(self.ebpf_pauses, t, key=lambda p: p[0])
+        return self.ebpf_pauses[i - 1][0] if i else None
 
 
 def _check_ids(where: str, rec: dict, expected: int, what: str) -> None:
