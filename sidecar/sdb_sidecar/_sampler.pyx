@@ -1324,10 +1324,10 @@ cdef class Sampler:
                     break                   # below must never see such a value)
                 if r.iseq != 0 and r.pc != 0 and memo != NULL and job.nf - 1 - f < c.nmemo \
                         and memo[job.nf - 1 - f].ep == r.ep and memo[job.nf - 1 - f].iseq == r.iseq \
-                        and not (f + 1 < job.nf and u64_at(base, (f + 1) * self.L.cfp_size + self.L.cfp_iseq) == 0
-                                 and u64_at(base, (f + 1) * self.L.cfp_size + self.L.cfp_pc) == 0):
+                        and not (f + 1 < job.nf and u64_at(base, (f + 1) * self.L.cfp_size + self.L.cfp_iseq) == 0):
                     # the same ISeq on the same env at this depth as in the last read: the same
-                    # method entry (no ep words needed)
+                    # method entry (no ep words needed; but above a frame without ISeq, maybe a C
+                    # function's, finish_job needs this frame's flags)
                     r.me = memo[job.nf - 1 - f].me
                     r.me_known = 1
                     continue
@@ -1628,12 +1628,15 @@ cdef class Sampler:
                 if not self.link_ok(job, j, r):
                     return R_TORN
                 if j + 1 < job.nf and self.raw[job.frame0 + j + 1].iseq == 0 \
-                        and self.raw[job.frame0 + j + 1].pc == 0 and self.raw[job.frame0 + j + 1].ep_off != NO_EP \
+                        and self.raw[job.frame0 + j + 1].ep_off != NO_EP \
                         and ((<const uint64_t *>(self.eparena + self.raw[job.frame0 + j + 1].ep_off))[2]
                              & MAGIC_MASK) == MAGIC_CFUNC:
                     # called by a C function: Ruby marks such a frame FINISH (vm_call0, invoke_block);
                     # without it, this is a frame the thread left, still in memory above the C
-                    # function it has called since
+                    # function it has called since. A C function's frame is known by its ISeq 0
+                    # and its magic, never by its pc: YJIT leaves a C frame's pc as the slot held
+                    # it (gen_send_cfunc), and a frame copied while the interpreter writes it can
+                    # show the C function's ISeq 0 beside the pc of the Ruby frame it replaces
                     if r.ep_off == NO_EP or ((<const uint64_t *>(self.eparena + r.ep_off))[2]
                                              & FRAME_FLAG_FINISH) == 0:
                         return R_TORN
