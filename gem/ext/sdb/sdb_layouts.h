@@ -1,8 +1,8 @@
 /**********************************************************************
  * sdb_layouts.h - THE table of Ruby-version facts (one row per minor).
  *
- * Every number here comes from /work/shared/ruby-internals.md, which cites
- * Ruby's own sources (vX_Y_Z:file:line). SDB_NA = not sourced / does not
+ * Every number here comes from Ruby's own sources, as docs/ruby-internals.md
+ * explains them (vX_Y_Z:file:line). SDB_NA = not sourced / does not
  * exist in that version: never guess a number. A row is checked at require
  * against Ruby's own rb_profile_frames (sdb.c: sdb_check_layout), so a
  * wrong row is refused, not trusted.
