@@ -638,6 +638,7 @@ cdef class Sampler:
     cdef uint8_t *specbuf
     cdef uint64_t specbuf_cap
     cdef readonly uint64_t spec_hits     # threads whose frames phase 1 read speculatively (no phase 2)
+    cdef readonly uint64_t yjit_pcs      # YJIT frames sampled without a line (their pc not kept)
     cdef readonly uint64_t phase3_skips  # reads that phase 1 completed (frames, ep words, cfp again)
     cdef RawFrame *raw
     cdef uint64_t raw_cap
@@ -847,8 +848,10 @@ cdef class Sampler:
         free(old)
         return 0
 
-    cdef int check_iseq(self, uint64_t iseq, uint64_t pc, uint64_t now) noexcept nogil:
-        """1 if iseq is a real ISeq of the target with pc inside it, else 0.
+    cdef int check_iseq(self, uint64_t iseq, uint64_t pc, uint64_t now, int jit=0) noexcept nogil:
+        """1 if iseq is a real ISeq of the target with pc inside it; with `jit` (a frame YJIT pushed,
+        whose pc YJIT may not have written), 2 if it is a real ISeq, read now, and pc is not inside
+        it; else 0.
         Known ISeqs are checked from the cache; an unknown one (or a pc outside the
         cached range: the address may have been reused) is read from the target."""
         cdef IseqEnt *e
@@ -873,8 +876,13 @@ cdef class Sampler:
             return 0
         size = u32_at(bb, self.L.body_iseq_size)
         encoded = u64_at(bb, self.L.body_iseq_encoded)
-        if encoded == 0 or size == 0 or pc < encoded or pc > encoded + size * 8:
+        if encoded == 0 or size == 0:
             return 0
+        if pc < encoded or pc > encoded + size * 8:
+            if not jit:
+                return 0
+            if known and e.encoded == encoded and e.size == size:
+                return 2                    # the ISeq it was, its pc not kept
         if not known:
             if (self.iseq_count + 1) * 2 > self.iseq_cap:
                 if self.iseq_grow() != 0:
@@ -899,7 +907,7 @@ cdef class Sampler:
             self.g.new_iseqs[self.g.new_iseq_len].at_ns = now
             self.g.new_iseqs[self.g.new_iseq_len].encoded = encoded
             self.g.new_iseq_len += 1
-        return 1
+        return 1 if pc >= encoded and pc <= encoded + size * 8 else 2
 
     cdef void note_me(self, uint64_t me, uint64_t now) noexcept nogil:
         cdef uint64_t mask, i, j, oldcap
@@ -1540,6 +1548,13 @@ cdef class Sampler:
                 m.ep = 0
         c.nmemo = job.nf if memo else 0
 
+    cdef inline int frame_jit(self, const Job *job, uint32_t j) noexcept nogil:
+        """1 if Ruby frame j was pushed by YJIT: its jit_return is set (the interpreter clears it).
+        YJIT writes such a frame's pc only when the frame calls out, so the pc can be the one an
+        older frame left in the slot (v3_3_8:yjit/src/codegen.rs, gen_send_iseq)."""
+        return self.L.cfp_jit_return != LAYOUT_NA and self.L.cfp_jit_return != 0 \
+            and u64_at(self.rawbuf + job.raw_off, j * self.L.cfp_size + self.L.cfp_jit_return) != 0
+
     cdef int link_ok(self, Job *job, uint32_t j, RawFrame *r) noexcept nogil:
         """0 when Ruby frame j (a method's) cannot be the callee of the Ruby frame below it. A call
         sets the caller's sp to its receiver's slot and puts the method's locals and env right
@@ -1565,7 +1580,8 @@ cdef class Sampler:
         if p.iseq == 0 or p.pc == 0:
             return 1
         if not (self.iseq_lookup(r.iseq, &e) and r.pc >= e.encoded and r.pc <= e.encoded + e.size * 8):
-            if not self.check_iseq(r.iseq, r.pc, job.lo_ns) or not self.iseq_lookup(r.iseq, &e):
+            if self.check_iseq(r.iseq, r.pc, job.lo_ns, self.frame_jit(job, j)) == 0 \
+                    or not self.iseq_lookup(r.iseq, &e):
                 return 0
         if e.type != ISEQ_TYPE_METHOD or e.locals >= 65536:
             return 1
@@ -1587,7 +1603,7 @@ cdef class Sampler:
         cdef RawFrame *r
         cdef FrameEnt *f
         cdef const uint64_t *epd
-        cdef int same
+        cdef int same, ck
         # the copy window as the trace keeps it, in whole us back from `now` (rounded out): names
         # first read for this sample hold from exactly the window's start the trace will show
         job.lo_ns = now - (now - job.lo_ns + 999) // 1000 * 1000 if now > job.lo_ns else now
@@ -1644,6 +1660,7 @@ cdef class Sampler:
                 f.iseq = r.iseq
                 f.pc = r.pc
                 f.me = r.me
+                f.pad = self.frame_jit(job, j)     # its pc may be an older frame's (below)
                 n_out += 1
                 continue
             if r.ep_off == NO_EP:
@@ -1686,13 +1703,22 @@ cdef class Sampler:
                 if (c.prev[k].iseq == f.iseq and c.prev[k].pc == f.pc and c.prev[k].me == f.me
                         and c.prev[k].kind == f.kind):
                     self.ids[j] = c.prev_ids[k]
+                    f.pad = 0
                     continue
             same = 0
             # a name read later for an address first seen here must hold from the earliest moment
             # these frames may have been copied (the drainer proves nothing was born there since)
             if f.kind == KIND_RUBY:
-                if not self.check_iseq(f.iseq, f.pc, job.lo_ns):
+                ck = self.check_iseq(f.iseq, f.pc, job.lo_ns, f.pad)
+                f.pad = 0
+                if ck == 0:
                     return R_TORN
+                if ck == 2:
+                    # YJIT's frame of a real ISeq whose pc is not inside it: the slot's older pc
+                    # (YJIT had no call out to save it for). The method is sure, the line is not:
+                    # pc 0, no line (Ruby itself gives YJIT's top frame line 0)
+                    f.pc = 0
+                    self.yjit_pcs += 1
                 self.note_me(f.me, job.lo_ns)
             elif f.kind == KIND_CFUNC:
                 self.note_me(f.me, job.lo_ns)
@@ -2289,6 +2315,7 @@ cdef class Sampler:
     def stats(self):
         return {"ticks": self.ticks, "late": self.late, "missed": self.missed, "samples": self.total_samples, "torn": self.torn,
                 "retried": self.retried, "errors": self.errors, "gc_samples": self.gc_samples, "reused": self.reused, "threads": self.threads_seen,
+                "yjit_no_line": self.yjit_pcs,
                 "start_ns": self.start_ns, "last_tick_ns": self.last_tick_ns,
                 "read_ns_total": self.read_ns_total}
 

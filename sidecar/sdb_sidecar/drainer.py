@@ -177,7 +177,8 @@ class Drainer:
                 self.unnamed_methods += 1
             w.method(me, at_ns=at_ns, source="remote", **m)
         if d["frame_kind"]:
-            lines = [self.remote.line(i, pc) if k == 0 else 0
+            # a Ruby frame of pc 0 is one YJIT pushed whose pc the sampler could not trust: no line
+            lines = [self.remote.line(i, pc) if k == 0 and pc != 0 else 0
                      for k, i, pc in zip(d["frame_kind"], d["frame_iseq"], d["frame_pc"])]
             w.frames(d["first_frame"], d["frame_kind"], d["frame_iseq"], d["frame_pc"], d["frame_me"], lines)
         if d["stacks"]:

@@ -292,6 +292,7 @@ class Session:
         return {"at_ns": _sampler.monotonic_ns(), "reason": self.reason(), "ticks": stats["ticks"],
                 "late": stats["late"], "missed": stats["missed"], "samples": stats["samples"], "torn": stats["torn"],
                 "retried": stats["retried"], "reused": stats["reused"], "errors": stats["errors"],
+                "yjit_no_line": stats["yjit_no_line"],
                 "threads": stats["threads"], "symbol_errors": d.symbol_errors,
                 "names_superseded": d.superseded, "names_unproven": d.unproven,
                 "unnamed": {"iseqs": d.unnamed_iseqs, "methods": d.unnamed_methods},

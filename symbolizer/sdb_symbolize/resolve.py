@@ -27,7 +27,7 @@ class Frame:
         self.label = label
         self.path = path
         self.line = line
-        self.name = f"{label} ({path}:{line})" if path else label
+        self.name = (f"{label} ({path}:{line})" if line else f"{label} ({path})") if path else label
 
     def __eq__(self, other):
         return isinstance(other, Frame) and self.name == other.name
@@ -98,8 +98,9 @@ class Resolver:
                 # a built-in Ruby method Ruby's backtrace shows as a C method: at its caller
                 return Frame(full_label(KIND_RUBY, sym.record, method, self.labels), caller.path if caller else None,
                              caller.line if caller else 0, located_at_caller=True)
+            # a frame of pc 0 is one YJIT pushed whose pc was not its own: no line, not the def's
             return Frame(full_label(KIND_RUBY, sym.record, method, self.labels), sym.path,
-                         self.t.frame_line[fid] or sym.first_line)
+                         self.t.frame_line[fid] or (sym.first_line if self.t.frame_pc[fid] else 0))
         if kind == KIND_CFUNC:
             # like Ruby's backtrace: a C function is located at its Ruby caller
             return Frame(full_label(KIND_CFUNC, None, method), caller.path if caller else None,

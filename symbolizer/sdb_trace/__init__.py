@@ -266,7 +266,7 @@ _SCHEMA = {
     "ebpf_attached": {"at_ns": (_int, True), "attach": (_str, False)},
     "end": {"at_ns": (_int, False), "reason": (_str, False), "ticks": (_int, False), "late": (_int, False),
             "missed": (_int, False), "samples": (_int, False), "torn": (_int, False), "retried": (_int, False),
-            "reused": (_int, False), "errors": (_int, False), "threads": (_int, False),
+            "reused": (_int, False), "errors": (_int, False), "threads": (_int, False), "yjit_no_line": (_int, False),
             "symbol_errors": (_int, False), "ebpf": (_map_or_none, False), "threads_from": (_str, False),
             "names_superseded": (_int, False), "names_unproven": (_int, False), "unnamed": (_map_or_none, False)},
 }

@@ -62,3 +62,36 @@ def test_hot_loop_under_yjit_has_the_interpreters_names_and_lines_inside_each_me
             if sym and sym.label in METHOD_LINES:
                 line = tables.frame_line[fid]
                 assert line == 0 or line in METHOD_LINES[sym.label], (sym.label, line)
+
+
+def test_a_method_yjit_runs_without_calling_out_keeps_its_samples(tmp_path):
+    # GIVEN top_target.rb under YJIT: top_caller calls top_leaf_hot (3,000 iterations of arithmetic,
+    # no call out: YJIT never writes its frame's pc, which stays the one top_leaf_warm's frame left
+    # in the same slot) and then top_leaf_warm (1,000 iterations)
+    proc = subprocess.Popen([SDB_RUBY, "--yjit", str(PROGRAMS / "top_target.rb")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ruby_env())
+    try:
+        assert proc.stdout.readline().startswith("ready"), proc.stderr.read() if proc.poll() is not None else ""
+        out = tmp_path / "top.msgpack"
+        # WHEN it is recorded
+        r = run_sidecar("attach", "--pid", str(proc.pid), "-d", "2", "-o", str(out), "--quiet", "--no-ebpf")
+        assert r.returncode == 0, r.stderr
+    finally:
+        proc.kill()
+        proc.wait()
+        if os.path.exists(registry_path(proc.pid)):
+            os.unlink(registry_path(proc.pid))
+    trace = read_trace(out)
+    sleeper = trace.serial_named("top_sleeper")
+    main = [s for s in trace.samples if s[1] != sleeper]
+    leaves = Counter(next((l for l in trace.labels_of(s) if l), None) for s in main)   # innermost first
+    # THEN the hot method is sampled as what it is (before: every such read was dropped as torn,
+    # and the hottest method of the program did not appear at all): more than the warm one
+    assert leaves["top_leaf_hot"] > leaves["top_leaf_warm"] > 0, (leaves, trace.end)
+    # AND its frames carry no line they cannot prove: a line inside the method, or none
+    tables = trace.tables
+    for t_ns, _serial, sid, _st in main:
+        for fid in tables.stacks[sid]:
+            sym = tables.symbol_at(tables.iseqs, tables.frame_iseq[fid], t_ns) if tables.frame_kind[fid] == 0 else None
+            if sym and sym.label == "top_leaf_hot":
+                assert tables.frame_line[fid] == 0 or tables.frame_line[fid] in range(8, 16), tables.frame_line[fid]
