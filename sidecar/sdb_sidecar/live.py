@@ -143,7 +143,7 @@ def where(key: tuple) -> str:
     label, path, line = key
     if not path:
         return printable(label)
-    return printable(f"{label} ({path}:{line})" if line is not None else f"{label} ({path})")
+    return printable(f"{label} ({path}:{line})" if line else f"{label} ({path})")   # 0, None: no line
 
 
 def shorten(text: str, width: int) -> str:

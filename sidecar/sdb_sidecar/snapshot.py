@@ -67,6 +67,6 @@ def format_text(snap: dict) -> str:
         lines.append("")
         lines.append(f"Thread {name} tid={t['native_id']}")
         for f in t["frames"]:
-            where = f"{f['path']}:{f['line']}" if f["path"] else "?"
+            where = (f"{f['path']}:{f['line']}" if f["line"] else f["path"]) if f["path"] else "?"
             lines.append(f"    {f['label']} ({where})")
     return "\n".join(lines) + "\n"

@@ -77,9 +77,10 @@ def test_top_shows_live_hot_functions_sorts_toggles_lines_and_restores_the_termi
     # WHEN "l" toggles lines
     tmux.send("l")
     screen = tmux.wait_screen(lambda s: "Showing lines" in s, "lines mode")
-    # THEN rows name lines: the hot leaf's lines lie inside it (lines 8-15 of top_target.rb)
-    hot_lines = [int(m) for m in re.findall(r"top_leaf_hot \(\S*top_target\.rb:(\d+)\)", screen)]
-    assert hot_lines and all(8 <= n <= 15 for n in hot_lines), screen
+    # THEN rows name lines: the hot leaf's lines lie inside it (lines 8-15 of top_target.rb), or, for
+    # a frame YJIT runs without writing its pc, the row has no line
+    hot_lines = [int(m or 0) for m in re.findall(r"top_leaf_hot \(\S*top_target\.rb(?::(\d+))?\)", screen)]
+    assert hot_lines and all(n == 0 or 8 <= n <= 15 for n in hot_lines), screen
 
     # WHEN "i" shows idle threads and "space" pauses
     tmux.send("i")
