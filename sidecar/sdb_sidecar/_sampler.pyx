@@ -270,6 +270,7 @@ cdef struct IseqEnt:
     uint64_t size        # in VALUEs
     uint32_t locals      # local_table_size: a method frame's env sits at its caller's sp + locals + 3
     uint32_t type        # ISEQ_TYPE_*, when the row has local_table_size (else TYPE_UNREAD)
+    uint64_t read_ns     # the copy window (job.lo_ns) of the sample whose check last read it
 
 cdef struct FrameEnt:
     uint64_t iseq
@@ -862,6 +863,8 @@ cdef class Sampler:
         cdef int known = self.iseq_lookup(iseq, &e)
         if known and pc >= e.encoded and pc <= e.encoded + e.size * 8:
             return 1
+        if known and jit and e.read_ns == now:
+            return 2        # read for this sample already (link_ok, then finish_job): the pc not its own
         if self.L.body_local_table_size != LAYOUT_NA and self.L.body_local_table_size != 0 \
                 and self.L.body_local_table_size + 4 <= BODY_SPAN_MAX \
                 and self.L.body_local_table_size + 4 > span:
@@ -882,6 +885,7 @@ cdef class Sampler:
             if not jit:
                 return 0
             if known and e.encoded == encoded and e.size == size:
+                e.read_ns = now
                 return 2                    # the ISeq it was, its pc not kept
         if not known:
             if (self.iseq_count + 1) * 2 > self.iseq_cap:
@@ -894,6 +898,7 @@ cdef class Sampler:
         e.size = size
         e.type = TYPE_UNREAD
         e.locals = 0
+        e.read_ns = now
         if span > BODY_SPAN:
             e.type = u32_at(bb, self.L.body_type)
             e.locals = u32_at(bb, self.L.body_local_table_size)
