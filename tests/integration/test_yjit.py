@@ -26,20 +26,25 @@ pytestmark = pytest.mark.skipif(not yjit_available(), reason=f"{SDB_RUBY} has no
 METHOD_LINES = {"spin": range(8, 9), "busy_loop": range(10, 14)}
 
 
-def busy_stacks(tmp_path, name, ruby_args):
-    proc = subprocess.Popen([SDB_RUBY, *ruby_args, str(PROGRAMS / "thread_states.rb")], stdout=subprocess.PIPE,
+def record(tmp_path, name, program, ruby_args, *attach_args):
+    """`program` run with `ruby_args` until it prints "ready", recorded with `attach` (attach_args), killed."""
+    proc = subprocess.Popen([SDB_RUBY, *ruby_args, str(PROGRAMS / program)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=ruby_env())
     try:
-        assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.poll() is not None else ""
+        assert proc.stdout.readline().startswith("ready"), proc.stderr.read() if proc.poll() is not None else ""
         out = tmp_path / f"{name}.msgpack"
-        r = run_sidecar("attach", "--pid", str(proc.pid), "-d", "1.5", "-o", str(out), "--quiet")
+        r = run_sidecar("attach", "--pid", str(proc.pid), "-o", str(out), "--quiet", *attach_args)
         assert r.returncode == 0, r.stderr
     finally:
         proc.kill()
         proc.wait()
         if os.path.exists(registry_path(proc.pid)):   # a SIGKILLed Ruby cannot remove it
             os.unlink(registry_path(proc.pid))
-    trace = read_trace(out)
+    return read_trace(out)
+
+
+def busy_stacks(tmp_path, name, ruby_args):
+    trace = record(tmp_path, name, "thread_states.rb", ruby_args, "-d", "1.5")
     busy = trace.serial_named("busy")
     stacks = Counter(tuple(l for l in trace.labels_of(s) if l) for s in trace.samples_of(busy))
     return trace, busy, stacks
@@ -68,20 +73,8 @@ def test_a_method_yjit_runs_without_calling_out_keeps_its_samples(tmp_path):
     # GIVEN top_target.rb under YJIT: top_caller calls top_leaf_hot (3,000 iterations of arithmetic,
     # no call out: YJIT never writes its frame's pc, which stays the one top_leaf_warm's frame left
     # in the same slot) and then top_leaf_warm (1,000 iterations)
-    proc = subprocess.Popen([SDB_RUBY, "--yjit", str(PROGRAMS / "top_target.rb")], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ruby_env())
-    try:
-        assert proc.stdout.readline().startswith("ready"), proc.stderr.read() if proc.poll() is not None else ""
-        out = tmp_path / "top.msgpack"
-        # WHEN it is recorded
-        r = run_sidecar("attach", "--pid", str(proc.pid), "-d", "2", "-o", str(out), "--quiet", "--no-ebpf")
-        assert r.returncode == 0, r.stderr
-    finally:
-        proc.kill()
-        proc.wait()
-        if os.path.exists(registry_path(proc.pid)):
-            os.unlink(registry_path(proc.pid))
-    trace = read_trace(out)
+    # WHEN it is recorded
+    trace = record(tmp_path, "top", "top_target.rb", ["--yjit"], "-d", "2", "--no-ebpf")
     sleeper = trace.serial_named("top_sleeper")
     main = [s for s in trace.samples if s[1] != sleeper]
     leaves = Counter(next((l for l in trace.labels_of(s) if l), None) for s in main)   # innermost first
