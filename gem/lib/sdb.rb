@@ -22,6 +22,21 @@ module Sdb
       respond_to?(:__registry_path, true) ? __registry_path : nil
     end
 
+    # Runs the block as one unit of work named `endpoint` (a String: "CheckoutJob",
+    # "GraphQL query Products"), with `request_id` if given: the sidecar attributes the samples of
+    # this thread (on this fiber) to it while the block runs, and the trace keeps its start, end
+    # and names. Nests: a label inside a request is its own unit, within the request. Returns the
+    # block's value; raises what the block raises. Without sdb running it just yields.
+    def label(endpoint:, request_id: nil)
+      parent = Spans.current
+      span = Spans.open(KIND_LABEL, endpoint)
+      begin
+        yield
+      ensure
+        Spans.close(span, parent, endpoint, request_id, 0)
+      end
+    end
+
     private
 
     # __open through a method that a method calls: the C side checks, on these two frames, the
@@ -37,4 +52,26 @@ if ENV["SDB_DISABLE"] != "1"
   require "sdb/sdb_ext"
   sdb_reason = Sdb.__send__(:__start)
   warn "sdb: #{sdb_reason}" if sdb_reason
+end
+
+unless defined?(Sdb::Spans)
+  # SDB_DISABLE=1: nothing published; Sdb.label and the middlewares only run the app's code
+  module Sdb
+    KIND_REQUEST = 1
+    KIND_JOB = 2
+    KIND_LABEL = 3
+    module Spans
+      def self.current = 0
+      def self.open(_kind, _endpoint) = 0
+      def self.close(_span, _parent, _endpoint, _request_id, _status) = nil
+    end
+  end
+end
+
+# Per-request attribution, wired where the app has the framework (README "Requests and jobs"):
+# Rails gets the Rack middleware from a Railtie, Sidekiq the server middleware; SDB_REQUESTS=0
+# leaves both out. A plain Rack app adds `use Sdb::Middleware` itself.
+if ENV["SDB_REQUESTS"] != "0" && Sdb.enabled?
+  require "sdb/railtie" if defined?(::Rails::Railtie)
+  require "sdb/sidekiq" if defined?(::Sidekiq)
 end

@@ -7,8 +7,14 @@ module SdbRegistryReader
               proc_start_ticks created_mono_ns gen ruby_version ruby_description layout_name
               disabled_reason].freeze
   HEADER_FORMAT = "a8L8Q3Z32Z160Z16Z200"
-  SLOT = %w[gen live native_tid serial thread_addr ec_addr start_mono_ns start_wall_ns state flags name].freeze
-  SLOT_FORMAT = "QLLQQQQQLLZ64"
+  SLOT = %w[gen live native_tid serial thread_addr ec_addr start_mono_ns start_wall_ns state flags name
+            span span_ec].freeze
+  SLOT_FORMAT = "QLLQQQQQLLZ64QQ"
+  SPANS = %w[spans_offset span_count strings_offset strings_size span_head strings_used strings_refused].freeze
+  SPANS_OFFSET = 672 # offsetof(struct sdb_header, spans_offset): right after the layout
+  SPAN = %w[seq span parent thread_serial at_ns what kind endpoint status request_id].freeze
+  SPAN_FORMAT = "Q5L4Z64"
+  SPAN_SIZE = 128
   STATUS = { 0 => "STARTING", 1 => "ENABLED", 2 => "DISABLED" }.freeze
   LAYOUT_OFFSET = 472 # offsetof(struct sdb_header, layout)
 
@@ -22,11 +28,30 @@ module SdbRegistryReader
     # layout.cfp_sp and layout.body_local_table_size: the 63rd and 64th uint16 of struct sdb_layout
     header["link_fields"] = data.byteslice(LAYOUT_OFFSET + 2 * 62, 4).unpack("SS")
     header["file_size"] = data.bytesize
+    header.merge!(SPANS.zip(data.byteslice(SPANS_OFFSET, 32).unpack("L4QL2")).to_h)
     slots = (0...header["slot_count"]).map do |i|
       raw = data.byteslice(header["slots_offset"] + i * header["slot_size"], header["slot_size"])
       SLOT.zip(raw.unpack(SLOT_FORMAT)).to_h.merge("index" => i)
     end
     header.merge("slots" => slots)
+  end
+
+  # The span events still in the ring, oldest first, with their endpoint names.
+  def spans(path)
+    h = read(path)
+    data = File.binread(path)
+    head = h["span_head"]
+    first = [head - h["span_count"], 0].max
+    (first...head).map do |i|
+      raw = data.byteslice(h["spans_offset"] + (i % h["span_count"]) * SPAN_SIZE, SPAN_SIZE)
+      ev = SPAN.zip(raw.unpack(SPAN_FORMAT)).to_h
+      id = ev["endpoint"]
+      if id.positive?
+        len = data.byteslice(h["strings_offset"] + id - 1, 4).unpack1("L")
+        ev["endpoint_name"] = data.byteslice(h["strings_offset"] + id - 1 + 4, len)
+      end
+      ev
+    end
   end
 
   def live_slots(path)

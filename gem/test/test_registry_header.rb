@@ -15,12 +15,16 @@ class TestRegistryHeader < Minitest::Test
         "desc" => RUBY_DESCRIPTION, "slots" => nil))
     RUBY
     assert_equal "SDBREG\0\0".b, r["magic"].b
-    assert_equal 1, r["version"]
-    assert_equal 128, r["slot_size"]
+    assert_equal 2, r["version"]
+    assert_equal 192, r["slot_size"]
     assert_equal 1024, r["slot_count"]
     assert_equal 0, r["slots_offset"] % 64
     assert_operator r["slots_offset"], :>=, r["header_size"]
-    assert_equal r["slots_offset"] + 1024 * 128, r["file_size"]
+    assert_equal 0, r["spans_offset"] % 64
+    assert_operator r["spans_offset"], :>=, r["slots_offset"] + 1024 * 192
+    assert_equal 4096, r["span_count"]
+    assert_equal r["spans_offset"] + 4096 * 128, r["strings_offset"]
+    assert_equal r["strings_offset"] + 65_536, r["file_size"]
     assert_equal "/dev/shm/sdb-#{r['mypid']}", r["path"]
     assert_equal r["mypid"], r["pid"]
     assert_equal r["ticks"], r["proc_start_ticks"]
@@ -57,10 +61,12 @@ class TestRegistryHeader < Minitest::Test
     r = run_json(<<~RUBY, "SDB_MAX_THREADS" => "16")
       require "sdb"
       h = SdbRegistryReader.read(Sdb.registry_path)
-      puts JSON.dump("count" => h["slot_count"], "size" => h["file_size"], "offset" => h["slots_offset"])
+      puts JSON.dump("count" => h["slot_count"], "size" => h["file_size"], "offset" => h["slots_offset"],
+                     "spans" => h["spans_offset"])
     RUBY
     assert_equal 16, r["count"]
-    assert_equal r["offset"] + 16 * 128, r["size"]
+    assert_equal (r["offset"] + 16 * 192 + 63) & ~63, r["spans"]
+    assert_equal r["spans"] + 4096 * 128 + 65_536, r["size"]
   end
 
   def test_main_thread_gets_an_adopted_main_slot_with_its_tid

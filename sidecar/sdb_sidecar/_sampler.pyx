@@ -50,6 +50,7 @@ cdef extern from "_sampler_util.h" nogil:
     void sdb_store_release_u64(uint64_t *p, uint64_t v)
     int sdb_cas_u64(uint64_t *p, uint64_t expected, uint64_t desired)
     uint32_t sdb_load_relaxed_u32(const uint32_t *p)
+    uint32_t sdb_load_acquire_u32(const uint32_t *p)
     void sdb_fence_acquire()
     int sdb_load_flag(const int *p)
     void sdb_store_flag(int *p, int v)
@@ -157,6 +158,21 @@ cdef extern from "sdb_registry.h" nogil:
         uint32_t state
         uint32_t flags
         char name[64]
+        uint64_t span
+        uint64_t span_ec
+        uint64_t reserved[6]
+    struct sdb_span_event:
+        uint64_t seq
+        uint64_t span
+        uint64_t parent
+        uint64_t thread_serial
+        uint64_t at_ns
+        uint32_t what
+        uint32_t kind
+        uint32_t endpoint
+        uint32_t status
+        char request_id[64]
+        uint64_t reserved
     struct sdb_header:
         char magic[8]
         uint32_t version
@@ -175,6 +191,13 @@ cdef extern from "sdb_registry.h" nogil:
         char layout_name[16]
         char disabled_reason[200]
         sdb_layout layout
+        uint32_t spans_offset
+        uint32_t span_count
+        uint32_t strings_offset
+        uint32_t strings_size
+        uint64_t span_head
+        uint32_t strings_used
+        uint32_t strings_refused
 
 # Frame kinds, as in the trace (docs/trace-format.md).
 cdef enum:
@@ -287,6 +310,7 @@ cdef struct StackEnt:
 cdef struct SampleEnt:
     uint64_t t_ns
     uint64_t serial
+    uint64_t span           # the unit of work (request, job, label) it was in, 0: none or not proven
     uint32_t stack
     uint32_t state
     uint32_t win_us         # its frames were copied within [t_ns - win_us * 1000, t_ns] (rounded up)
@@ -367,6 +391,8 @@ cdef struct Job:            # one thread being read in this tick
     uint64_t kv0            # 3.1 with the kernel view: its word before the read
     uint32_t kv_used        #   1: kv0 was taken (the view holds this thread)
     uint64_t read_ns        # when its control frames had been copied: the sample's time (read_jobs)
+    uint64_t span0          # the slot's span and span_ec when the slot was taken (before any read)
+    uint64_t span_ec
     uint64_t lo_ns          # before the first read of them: they were copied within [lo_ns, read_ns]
 
 cdef struct Req:            # one remote read, queued for run_reqs
@@ -484,6 +510,7 @@ cdef class Registry:
     # the header's geometry, read once: the file is shared with the target, which could change
     # these words at any time; only the copies checked by check() are ever used
     cdef uint32_t slot_count, slot_size, slots_offset
+    cdef uint32_t spans_offset, span_count, strings_offset, strings_size
     cdef int checked
 
     def __cinit__(self, str path):
@@ -508,6 +535,10 @@ cdef class Registry:
         self.slot_count = self.hdr.slot_count
         self.slot_size = self.hdr.slot_size
         self.slots_offset = self.hdr.slots_offset
+        self.spans_offset = self.hdr.spans_offset
+        self.span_count = self.hdr.span_count
+        self.strings_offset = self.hdr.strings_offset
+        self.strings_size = self.hdr.strings_size
         self.checked = 0
 
     def __dealloc__(self):
@@ -532,6 +563,11 @@ cdef class Registry:
         if (self.slots_offset < sizeof(sdb_header)
                 or <size_t>self.slots_offset + <size_t>self.slot_count * self.slot_size > self.size):
             raise RegistryError(f"{self.path}: file is shorter than its header says")
+        if (self.span_count == 0 or self.span_count & (self.span_count - 1)
+                or self.spans_offset < self.slots_offset + <size_t>self.slot_count * self.slot_size
+                or <size_t>self.spans_offset + <size_t>self.span_count * sizeof(sdb_span_event) > self.strings_offset
+                or <size_t>self.strings_offset + self.strings_size > self.size):
+            raise RegistryError(f"{self.path}: its span ring or string table does not fit the file")
         # the layout counts once the gem says it checked it (a disabled gem leaves it empty)
         why = layout_problem(&self.hdr.layout) if self.hdr.status == SDB_STATUS_ENABLED else None
         if why is not None:
@@ -554,6 +590,56 @@ cdef class Registry:
             "layout": h.layout_name.decode(errors="replace"),
             "disabled_reason": h.disabled_reason.decode(errors="replace"),
         }
+
+    def span_head(self):
+        """How many span events the gem has written so far."""
+        return sdb_load_acquire_u64(&self.hdr.span_head)
+
+    def read_spans(self, uint64_t start):
+        """The span events [start, head) still in the ring (docs/registry-format.md, "Spans"):
+        (events, next, lost). events: (what, span, parent, thread_serial, at_ns, kind, endpoint id,
+        status, request_id bytes), each copied whole (seq 2i+2 before and after the copy); lost:
+        events overwritten before they could be read."""
+        cdef uint64_t head = sdb_load_acquire_u64(&self.hdr.span_head), i, lost = 0, s1
+        cdef const sdb_span_event *e
+        cdef sdb_span_event c
+        out = []
+        if not self.checked:
+            self.check()
+        if head < start:            # not this registry's numbering (a new file at the path)
+            return out, head, 0
+        if head - start > self.span_count:
+            lost = head - start - self.span_count
+            start = head - self.span_count
+        for i in range(start, head):
+            e = <const sdb_span_event *>(self.base + self.spans_offset
+                                         + <size_t>(i & (self.span_count - 1)) * sizeof(sdb_span_event))
+            s1 = sdb_load_acquire_u64(&e.seq)
+            memcpy(&c, <const void *>e, sizeof(sdb_span_event))
+            sdb_fence_acquire()
+            if s1 != 2 * i + 2 or sdb_load_acquire_u64(&e.seq) != s1:
+                lost += 1           # being overwritten by a later event
+                continue
+            c.request_id[63] = 0
+            out.append((c.what, c.span, c.parent, c.thread_serial, c.at_ns, c.kind, c.endpoint, c.status,
+                        <bytes>c.request_id))
+        return out, head, lost
+
+    def string_at(self, uint32_t sid):
+        """The string table's entry with id sid (its offset + 1), as bytes; None if it is not one."""
+        cdef uint32_t used = sdb_load_acquire_u32(&self.hdr.strings_used)
+        cdef uint32_t off, n
+        if sid == 0 or sid - 1 + 4 > used or used > self.strings_size or (sid - 1) & 3:
+            return None
+        off = sid - 1
+        memcpy(&n, self.base + self.strings_offset + off, 4)
+        if n == 0 or <uint64_t>off + 4 + n > used:
+            return None
+        return (<const char *>(self.base + self.strings_offset + off + 4))[:n]
+
+    @property
+    def strings_refused(self):
+        return self.hdr.strings_refused
 
     def threads(self):
         """The live slots right now: a list of dicts (seqlock-checked copies)."""
@@ -640,6 +726,8 @@ cdef class Sampler:
     cdef uint64_t specbuf_cap
     cdef readonly uint64_t spec_hits     # threads whose frames phase 1 read speculatively (no phase 2)
     cdef readonly uint64_t yjit_pcs      # YJIT frames sampled without a line (their pc not kept)
+    cdef readonly uint64_t span_unsure   # samples of a thread in a span left without it: the span
+                                         # changed during the read, or the stack was another fiber's
     cdef readonly uint64_t phase3_skips  # reads that phase 1 completed (frames, ep words, cfp again)
     cdef RawFrame *raw
     cdef uint64_t raw_cap
@@ -1756,13 +1844,22 @@ cdef class Sampler:
             c.prev_stack = <uint32_t>sid
             c.has_prev = 1
 
-        return self.emit(job, <uint32_t>sid, now, job.lo_ns)
+        return self.emit(job, <uint32_t>sid, now, job.lo_ns, job.ec)
 
-    cdef int emit(self, const Job *job, uint32_t sid, uint64_t now, uint64_t lo_ns) noexcept nogil:
+    cdef int emit(self, const Job *job, uint32_t sid, uint64_t now, uint64_t lo_ns, uint64_t ec) noexcept nogil:
         """A sample at `now` of stack `sid`, whose frames were copied no earlier than lo_ns, a whole
         number of us before it (finish_job rounds it so; a stack known unchanged since an earlier
-        read: lo_ns = now)."""
+        read: lo_ns = now), read on ec. Its span is the slot's when the slot was taken, if the slot
+        still says so now (serials are never reused) and that span began on this ec (fiber)."""
         cdef uint64_t win = (now - lo_ns) // 1000
+        cdef uint64_t span = 0
+        cdef const sdb_slot *s
+        if job.span0 != 0:
+            s = <const sdb_slot *>(self.reg.base + self.reg.slots_offset + <size_t>job.slot * self.reg.slot_size)
+            if sdb_load_acquire_u64(&s.span) == job.span0 and job.span_ec == ec and ec != 0:
+                span = job.span0
+            else:
+                self.span_unsure += 1
         if grow(<void **>&self.g.samples, &self.g.sample_cap, self.g.sample_len + 1, sizeof(SampleEnt)) != 0:
             return R_FATAL
         self.g.samples[self.g.sample_len].t_ns = now
@@ -1772,6 +1869,7 @@ cdef class Sampler:
         self.g.samples[self.g.sample_len].serial = job.serial
         self.g.samples[self.g.sample_len].stack = sid
         self.g.samples[self.g.sample_len].state = job.state
+        self.g.samples[self.g.sample_len].span = span
         self.g.sample_len += 1
         self.total_samples += 1
         return R_OK
@@ -2037,6 +2135,8 @@ cdef class Sampler:
         job.word = copy.state
         job.state = copy.state & 0xff
         job.kv_cand = 0
+        job.span0 = sdb_load_acquire_u64(&s.span)     # span before span_ec: the gem stores them the other way
+        job.span_ec = sdb_load_acquire_u64(&s.span_ec)
         return 1
 
     cdef void end_by_status(self, Job *job, uint64_t now) noexcept nogil:
@@ -2076,7 +2176,7 @@ cdef class Sampler:
                 if (job.result == R_OK and self.state_from_status(job) == STATE_BLOCKED
                         and u64_at(job.th, self.L.thread_ec - self.th_lo) == c.ec and word == c.kv_word):
                     job.state = c.asleep_state
-                    if self.emit(job, c.prev_stack, now, now) != R_OK:
+                    if self.emit(job, c.prev_stack, now, now, c.ec) != R_OK:
                         return -1
                     self.reused += 1
                     continue
@@ -2113,14 +2213,14 @@ cdef class Sampler:
                 if self.still_idle(&self.jobs[n]):
                     # blocked or waiting for the GVL since the last read, and it has not taken the
                     # GVL since (the gem counts every time it does): it ran no Ruby, same stack
-                    if self.emit(&self.jobs[n], self.cache[i].prev_stack, now, now) != R_OK:
+                    if self.emit(&self.jobs[n], self.cache[i].prev_stack, now, now, self.cache[i].ec) != R_OK:
                         pthread_mutex_unlock(&self.mu)
                         return R_FATAL
                     self.reused += 1
                 else:
                     k = self.still_asleep(&self.jobs[n])
                     if k == 1:
-                        if self.emit(&self.jobs[n], self.cache[i].prev_stack, now, now) != R_OK:
+                        if self.emit(&self.jobs[n], self.cache[i].prev_stack, now, now, self.cache[i].ec) != R_OK:
                             pthread_mutex_unlock(&self.mu)
                             return R_FATAL
                         self.reused += 1
@@ -2307,6 +2407,7 @@ cdef class Sampler:
                 out["sample_thread"] = [smp[i].serial for i in range(taken.sample_len)]
                 out["sample_stack"] = [smp[i].stack for i in range(taken.sample_len)]
                 out["sample_state"] = [smp[i].state for i in range(taken.sample_len)]
+                out["sample_span"] = [smp[i].span for i in range(taken.sample_len)]
         finally:
             free(taken.samples)
             free(taken.tevts)
@@ -2320,26 +2421,26 @@ cdef class Sampler:
     def stats(self):
         return {"ticks": self.ticks, "late": self.late, "missed": self.missed, "samples": self.total_samples, "torn": self.torn,
                 "retried": self.retried, "errors": self.errors, "gc_samples": self.gc_samples, "reused": self.reused, "threads": self.threads_seen,
-                "yjit_no_line": self.yjit_pcs,
+                "yjit_no_line": self.yjit_pcs, "span_unsure": self.span_unsure,
                 "start_ns": self.start_ns, "last_tick_ns": self.last_tick_ns,
                 "read_ns_total": self.read_ns_total}
 
 
 cdef object encode_samples_record(const SampleEnt *smp, uint64_t n):
     """The trace's samples record for smp[0:n] (docs/trace-format.md): {"t": "samples", "base_ns",
-    "dt_ns", "thread", "stack", "state", "win_us"}, encoded as msgpack.Packer encodes that dict. None if n is 0."""
+    "dt_ns", "thread", "stack", "state", "win_us", "span"}, encoded as msgpack.Packer encodes that dict. None if n is 0."""
     cdef uint8_t *buf
     cdef uint8_t *p
     cdef uint64_t i, base
     if n == 0:
         return None
-    buf = <uint8_t *>malloc(128 + 5 * 9 * n)    # 9 bytes at most per number
+    buf = <uint8_t *>malloc(128 + 6 * 9 * n)    # 9 bytes at most per number
     if buf == NULL:
         raise MemoryError()
     try:
         with nogil:
             base = smp[0].t_ns
-            p = sdb_mp_map(buf, 7)
+            p = sdb_mp_map(buf, 8)
             p = sdb_mp_str(p, "t")
             p = sdb_mp_str(p, "samples")
             p = sdb_mp_str(p, "base_ns")
@@ -2364,12 +2465,16 @@ cdef object encode_samples_record(const SampleEnt *smp, uint64_t n):
             p = sdb_mp_array(p, n)
             for i in range(n):
                 p = sdb_mp_uint(p, smp[i].win_us)
+            p = sdb_mp_str(p, "span")
+            p = sdb_mp_array(p, n)
+            for i in range(n):
+                p = sdb_mp_uint(p, smp[i].span)
         return (<char *>buf)[:p - buf]
     finally:
         free(buf)
 
 
-def encode_samples_for_test(list t_ns, list serial, list stack, list state, list win_us):
+def encode_samples_for_test(list t_ns, list serial, list stack, list state, list win_us, list span):
     """encode_samples_record over Python lists (for the tests: compare with msgpack's own encoding)."""
     cdef uint64_t n = len(t_ns), i
     cdef SampleEnt *smp = <SampleEnt *>malloc((n + 1) * sizeof(SampleEnt))
@@ -2382,6 +2487,7 @@ def encode_samples_for_test(list t_ns, list serial, list stack, list state, list
             smp[i].stack = stack[i]
             smp[i].state = state[i]
             smp[i].win_us = win_us[i]
+            smp[i].span = span[i]
         return encode_samples_record(smp, n)
     finally:
         free(smp)

@@ -16,6 +16,11 @@ static inline uint64_t sdb_load_acquire_u64(const volatile uint64_t *p)
     return __atomic_load_n((const uint64_t *)p, __ATOMIC_ACQUIRE);
 }
 
+static inline uint32_t sdb_load_acquire_u32(const volatile uint32_t *p)
+{
+    return __atomic_load_n((const uint32_t *)p, __ATOMIC_ACQUIRE);
+}
+
 static inline uint32_t sdb_load_relaxed_u32(const volatile uint32_t *p)
 {
     return __atomic_load_n((const uint32_t *)p, __ATOMIC_RELAXED);

@@ -33,7 +33,7 @@ class Drainer:
     BIRTHS_KEPT = 4     # per address: enough for the births since any pending read's `lo`
 
     def __init__(self, target: Target, sampler: "_sampler.Sampler", writer: TraceWriter,
-                 ebpf: Optional[EbpfSymbolizer] = None):
+                 ebpf: Optional[EbpfSymbolizer] = None, from_start: bool = False):
         self.target = target
         self.sampler = sampler
         self.writer = writer
@@ -48,6 +48,8 @@ class Drainer:
         self.births: dict = {}      # addr -> [(at_ns, name or None, instructions)], eBPF births, oldest first
         self.to_read: list = []     # [(addr, lo_ns, instructions)]: ISeqs to name by reading the target
         self.ebpf_announced = False     # the trace's ebpf_attached record is written
+        self.spans = SpanReader(target.registry, writer,
+                                target.info["created_mono_ns"] if from_start else None)
 
     def write_iseq(self, addr: int, at_ns: int, source: str, info: dict, **extra) -> None:
         self.remote.forget(addr)    # a new ISeq here: cached facts about the address are stale
@@ -188,5 +190,62 @@ class Drainer:
         for ev in d["threads"]:
             if ev["ended"]:
                 w.thread_end(ev["serial"], ev["at_ns"])
+        self.spans.drain()
         w.flush()
         return d
+
+
+class SpanReader:
+    """The units of work (requests, jobs, labels) the gem writes into its registry's span ring, into
+    the trace's `spans` records (docs/trace-format.md). The ring still holds events from before the
+    recording: a span that ended before it started is left out; one that began before it and is
+    still open is written with its begin (held back until its end comes, or the recording ends).
+    since_ns: where the recording starts for spans (`record`: the registry's creation, the app's
+    first moment with sdb), else the trace's start."""
+
+    def __init__(self, registry, writer: TraceWriter, since_ns: Optional[int] = None):
+        self.reg = registry
+        self.writer = writer
+        self.start_ns = since_ns or getattr(writer, "start_mono_ns", None) or _sampler.monotonic_ns()
+        head = registry.span_head()
+        self.next = max(0, head - 4096)         # what the ring can still hold (SDB_SPAN_EVENTS)
+        self.lost = 0                           # events overwritten before they were read
+        self.names: dict = {}                   # string id -> str (the table is append-only)
+        self.early: dict = {}                   # span -> its begin event, begun before the recording
+
+    def name(self, sid: int) -> Optional[str]:
+        if sid == 0:
+            return None
+        n = self.names.get(sid)
+        if n is None:
+            b = self.reg.string_at(sid)
+            if b is None:
+                return None                     # never a guess: the span keeps no endpoint
+            n = self.names[sid] = b.decode("utf-8", "replace")
+        return n
+
+    def drain(self, final: bool = False) -> None:
+        events, self.next, lost = self.reg.read_spans(self.next)
+        self.lost += lost
+        out = []
+        for ev in events:
+            what, span, at_ns = ev[0], ev[1], ev[4]
+            if what == 1 and at_ns < self.start_ns:
+                self.early[span] = ev
+                continue
+            if what == 2:
+                begun = self.early.pop(span, None)
+                if at_ns < self.start_ns:
+                    continue                    # over before the recording began
+                if begun is not None:
+                    out.append(begun)
+            out.append(ev)
+        if final:
+            out[:0] = self.early.values()       # still open at the end: their begins
+            self.early.clear()
+        if not out:
+            return
+        cols = list(zip(*out))
+        self.writer.spans(list(cols[0]), list(cols[1]), list(cols[2]), list(cols[3]), list(cols[4]),
+                          list(cols[5]), [self.name(i) for i in cols[6]], list(cols[7]),
+                          [r.decode("utf-8", "replace") if r else None for r in cols[8]])

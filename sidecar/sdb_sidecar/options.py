@@ -18,6 +18,8 @@ class Options:
     quiet: bool = False              # no status line
     ebpf: bool = True                # name ISeqs at birth with eBPF where the machine allows it
     ebpf_max_rate: float = DEFAULT_MAX_RATE   # ISeqs/s above which eBPF's creation probes pause (0: never)
+    from_start: bool = False         # the recording covers the target since it published its registry
+                                     # (`record`): its requests/jobs since then are all in the trace
 
     @classmethod
     def from_args(cls, args, **overrides) -> "Options":

@@ -47,6 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only samples taken at least this long after the recording started")
     p.add_argument("--to", dest="to_s", type=float, metavar="SECONDS",
                    help="only samples taken at most this long after the recording started")
+    p.add_argument("--endpoint", action="append", metavar="NAME",
+                   help="only samples of requests and jobs of this endpoint (`ProductsController#index`, a job "
+                        "class, an Sdb.label endpoint; repeatable): see the `endpoints` format for the names")
+    p.add_argument("--by", choices=["endpoint"],
+                   help="group by endpoint: each sample's endpoint as its root frame (`[ProductsController#index]`, "
+                        "`(no request or job)` for samples outside any)")
+    p.add_argument("--slower-than", dest="slower_than_ms", type=duration_ms, metavar="TIME",
+                   help="only samples of requests and jobs that took at least this long: `200ms`, `1.5s`, or "
+                        "milliseconds (slow-request profiles)")
     p.add_argument("--no-lines", dest="lines", action="store_false",
                    help="aggregate by function: frames without their line")
     p.add_argument("--labels", choices=LABEL_CONVENTIONS, default=LABELS_SDB,
@@ -60,6 +69,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no progress line on stderr (it shows only on a terminal, for long runs)")
     p.add_argument("--version", action="version", version=f"sdb {__version__}")
     return p
+
+
+def duration_ms(text: str) -> float:
+    """`200ms`, `1.5s` or `200` (milliseconds) -> milliseconds."""
+    t = text.strip().lower()
+    scale = 1.0
+    if t.endswith("ms"):
+        t = t[:-2]
+    elif t.endswith("s"):
+        t, scale = t[:-1], 1000.0
+    try:
+        v = float(t) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (say 200ms or 1.5s)") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (say 200ms or 1.5s)")
+    return v
 
 
 class OutputFailed(Exception):
@@ -129,6 +155,8 @@ def run(args) -> int:
     reporter = REPORTERS[args.format](tables.header, args)
     reporter.end_ns = tables.end.get("at_ns") if tables.end else None
     reporter.ticks = tables.end.get("ticks") if tables.end else None
+    reporter.spans = tables.spans
+    reporter.end = tables.end
     try:
         samples = SamplePass(args.trace, tables, Options.from_args(args))
     except FilterError as e:
@@ -166,7 +194,7 @@ def run(args) -> int:
                          f"have a frame no name could be proven for, shown as (unknown ISeq 0x...){pauses}\n")
     if tables.error is None and samples.samples_in and not samples.samples_out:
         sys.stderr.write(f"sdb-symbolize: warning: none of the {samples.samples_in} samples match the filters "
-                         f"(--thread, --from/--to, --idle)\n")
+                         f"(--thread, --from/--to, --idle, --endpoint, --slower-than)\n")
     if tables.error is not None:
         sys.stderr.write(f"sdb-symbolize: error: {tables.error} ({tables.sample_count} samples before it "
                          f"were written)\n")

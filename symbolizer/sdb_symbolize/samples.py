@@ -64,7 +64,11 @@ class Options:
 
     def __init__(self, threads: Iterable[str] = (), from_s: Optional[float] = None, to_s: Optional[float] = None,
                  idle: bool = False, states: bool = False, lines: bool = True, labels: str = LABELS_SDB,
-                 json_frames: bool = False):
+                 json_frames: bool = False, endpoints: Iterable[str] = (), by: Optional[str] = None,
+                 slower_than_ms: Optional[float] = None):
+        self.endpoints = list(endpoints or ())  # only samples of these endpoints' requests/jobs
+        self.by = by                            # "endpoint": each sample's endpoint as its root frame
+        self.slower_than_ms = slower_than_ms    # only samples of requests/jobs that took at least this
         self.threads = list(threads or ())
         self.json_frames = json_frames  # json: every sample carries its frames (else stacks by id)
         self.labels = labels
@@ -78,7 +82,9 @@ class Options:
     def from_args(cls, args) -> "Options":
         return cls(getattr(args, "thread", None) or (), getattr(args, "from_s", None), getattr(args, "to_s", None),
                    getattr(args, "idle", False), getattr(args, "states", False), getattr(args, "lines", True),
-                   getattr(args, "labels", LABELS_SDB), getattr(args, "json_frames", False))
+                   getattr(args, "labels", LABELS_SDB), getattr(args, "json_frames", False),
+                   getattr(args, "endpoint", None) or (), getattr(args, "by", None),
+                   getattr(args, "slower_than_ms", None))
 
 
 class Progress:
@@ -142,6 +148,57 @@ class SamplePass:
         self.samples_out = 0   # samples handed over
         self.samples_unnamed = 0  # of those, samples with a frame no name could be proven for
         self._unnamed: Dict[int, bool] = {}     # Stack.id -> it has such a frame
+        self._units: Dict[int, Optional[dict]] = {}     # span serial -> its unit of work (the root span)
+        self._check_endpoints()
+
+    # ------------------------------------------------------------------ units of work (spans)
+    def uses_spans(self, reporter=None) -> bool:
+        o = self.o
+        return bool(o.endpoints or o.by or o.slower_than_ms is not None or getattr(reporter, "by_unit", False))
+
+    def unit(self, span: int) -> Optional[dict]:
+        """The unit of work a sample in span `span` belongs to: the outermost span of its chain (a
+        label inside a request belongs to the request); None: none (0, or a span the trace does not
+        describe: its events were lost)."""
+        u = self._units.get(span, False)
+        if u is not False:
+            return u
+        sp = self.t.spans.get(span) if span else None
+        seen = 0
+        while sp is not None and sp["parent"] and seen < 64:
+            up = self.t.spans.get(sp["parent"])
+            if up is None:
+                break
+            sp, seen = up, seen + 1
+        self._units[span] = sp
+        return sp
+
+    def _check_endpoints(self) -> None:
+        if not self.o.endpoints:
+            return
+        known = {sp["endpoint"] for sp in self.t.spans.values() if sp["endpoint"] is not None}
+        for e in self.o.endpoints:
+            if e not in known:
+                some = ", ".join(sorted(known)[:20]) or "none"
+                raise FilterError(f"--endpoint {e}: no request or job of the trace has that endpoint "
+                                  f"(endpoints: {some})")
+
+    def unit_kept(self, u: Optional[dict]) -> bool:
+        o = self.o
+        if o.endpoints and (u is None or u["endpoint"] not in o.endpoints):
+            return False
+        if o.slower_than_ms is not None:
+            if u is None or u["begin_ns"] is None or u["end_ns"] is None:
+                return False
+            if (u["end_ns"] - u["begin_ns"]) < o.slower_than_ms * 1e6:
+                return False
+        return True
+
+    def unit_stack(self, stack: Stack, u: Optional[dict]) -> Stack:
+        """--by endpoint: the stack under a root frame naming its endpoint."""
+        if self.o.by != "endpoint":
+            return stack
+        return self.intern((endpoint_frame(u),) + stack.frames)
 
     # ------------------------------------------------------------------ filters
     def _thread_filter(self) -> Optional[FrozenSet[int]]:
@@ -211,7 +268,11 @@ class SamplePass:
 
     # ------------------------------------------------------------------ the pass
     def run(self, reporter, progress: Optional[Progress] = None) -> None:
-        if getattr(reporter, "timeline", False):
+        if getattr(reporter, "wants_idle", False):
+            self.o.idle = True
+        if self.uses_spans(reporter):
+            self._by_unit(reporter, progress)
+        elif getattr(reporter, "timeline", False):
             self._timeline(reporter, progress)
         else:
             self._aggregate(reporter, progress)
@@ -294,6 +355,71 @@ class SamplePass:
             self.samples_out += out
 
         iter_samples(self.path, on_batch, limit=self.t.good_sample_records, windows=True)
+
+
+    def _by_unit(self, reporter, progress) -> None:
+        """Either pass, with each sample's unit of work (its span's outermost span): filtered by
+        --endpoint and --slower-than, its endpoint as the root frame with --by endpoint, and handed
+        to a reporter that wants it (`by_unit`) with `add_unit`."""
+        lo_v = self.lo if self.lo is not None else -1 << 63
+        hi_v = self.hi if self.hi is not None else 1 << 63
+        timeline = getattr(reporter, "timeline", False)
+        by_unit = getattr(reporter, "by_unit", False)
+        counts: Counter = Counter()
+        thread = self.thread
+
+        def on_batch(base, dts, threads, stacks, sts, wins, spans):
+            self.samples_in += len(dts)
+            if progress is not None:
+                progress.update(len(dts))
+            for dt, th, sid, st, win, sp in zip(dts, threads, stacks, sts, wins, spans):
+                t = base + dt
+                if t < lo_v or t > hi_v or not self.keep(th, st):
+                    continue
+                u = self.unit(sp)
+                if not self.unit_kept(u):
+                    continue
+                if timeline:
+                    stack = self.unit_stack(self.stack(sid, st, t, t - win * 1000), u)
+                    self._hand(reporter, thread(th), stack, st, t, 1, u, by_unit)
+                else:
+                    key = self.stack(sid, st, t, t - win * 1000) if sid in self.ambiguous else sid
+                    counts[(th, key, st, u["span"] if u is not None else 0)] += 1
+
+        iter_samples(self.path, on_batch, limit=self.t.good_sample_records, spans=True)
+        for (serial, sid, st, us), n in counts.items():
+            stack = sid if isinstance(sid, Stack) else self.stack(sid, st, 0)
+            u = self.t.spans.get(us) if us else None
+            self._hand(reporter, thread(serial), self.unit_stack(stack, u), st, None, n, u, by_unit)
+
+    def _hand(self, reporter, th, stack, st, t, n, u, by_unit) -> None:
+        self.samples_out += n
+        if self.has_unnamed(stack):
+            self.samples_unnamed += n
+        if by_unit:
+            reporter.add_unit(th, stack, st, t, n, u)
+        else:
+            reporter.add(th, stack, st, t, n)
+
+
+NO_UNIT = "(no request or job)"
+_ENDPOINT_FRAMES: Dict[str, Frame] = {}
+
+
+def endpoint_name(u: Optional[dict]) -> str:
+    """What a unit of work is called in outputs: its endpoint; `(no endpoint)` for one the app
+    never named (a request still running when the recording ended, before Rails named it)."""
+    if u is None:
+        return NO_UNIT
+    return u["endpoint"] if u["endpoint"] is not None else "(no endpoint)"
+
+
+def endpoint_frame(u: Optional[dict]) -> Frame:
+    name = endpoint_name(u)
+    f = _ENDPOINT_FRAMES.get(name)
+    if f is None:
+        f = _ENDPOINT_FRAMES[name] = Frame(f"[{name}]" if u is not None else name, None, 0)
+    return f
 
 
 def state_name(state: int) -> str:

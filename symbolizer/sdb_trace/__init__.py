@@ -84,6 +84,7 @@ class TraceWriter:
         self.failed: Optional[OSError] = None
         rec = {"t": "header", "magic": MAGIC, "version": VERSION}
         rec.update(header)
+        self.start_mono_ns = rec.get("start_mono_ns")
         self._write(rec)
         self.flush()
 
@@ -136,10 +137,12 @@ class TraceWriter:
         self._write({"t": "stacks", "first_id": first_id, "stacks": stacks})
 
     def samples(self, base_ns: int, dt_ns: List[int], thread: List[int], stack: List[int], state: List[int],
-                win_us: Optional[List[int]] = None) -> None:
+                win_us: Optional[List[int]] = None, span: Optional[List[int]] = None) -> None:
         rec = {"t": "samples", "base_ns": base_ns, "dt_ns": dt_ns, "thread": thread, "stack": stack, "state": state}
         if win_us is not None:
             rec["win_us"] = win_us
+        if span is not None:
+            rec["span"] = span
         self._write(rec)
 
     def encoded(self, record: bytes) -> None:
@@ -161,6 +164,12 @@ class TraceWriter:
                at_ns: int, source: str = "remote") -> None:
         self._write({"t": "method", "me": me, "name": name, "type": type, "class_path": class_path,
                      "singleton": bool(singleton), "at_ns": at_ns, "source": source})
+
+    def spans(self, what: List[int], span: List[int], parent: List[int], thread: List[int], at_ns: List[int],
+              kind: List[int], endpoint: List[Optional[str]], status: List[int],
+              request_id: List[Optional[str]]) -> None:
+        self._write({"t": "spans", "what": what, "span": span, "parent": parent, "thread": thread, "at_ns": at_ns,
+                     "kind": kind, "endpoint": endpoint, "status": status, "request_id": request_id})
 
     def ebpf_pause(self, at_ns: int, rate: int, backoff_s: float) -> None:
         self._write({"t": "ebpf_pause", "at_ns": at_ns, "rate": rate, "backoff_s": backoff_s})
@@ -267,6 +276,7 @@ _SCHEMA = {
     "end": {"at_ns": (_int, False), "reason": (_str, False), "ticks": (_int, False), "late": (_int, False),
             "missed": (_int, False), "samples": (_int, False), "torn": (_int, False), "retried": (_int, False),
             "reused": (_int, False), "errors": (_int, False), "threads": (_int, False), "yjit_no_line": (_int, False),
+            "span_unsure": (_int, False), "spans_lost": (_int, False), "endpoints_refused": (_int, False),
             "symbol_errors": (_int, False), "ebpf": (_map_or_none, False), "threads_from": (_str, False),
             "names_superseded": (_int, False), "names_unproven": (_int, False), "unnamed": (_map_or_none, False)},
 }
@@ -413,6 +423,7 @@ class Tables:
     cfuncs: Dict[int, List[Symbol]] = field(default_factory=dict)  # method entry -> `method` symbols
     end: Optional[dict] = None
     ebpf_pauses: List[List[Optional[int]]] = field(default_factory=list)  # [start_ns, end_ns or None]
+    spans: Dict[int, dict] = field(default_factory=dict)  # span serial -> its begin and end (Span keys)
     sample_count: int = 0
     good_sample_records: int = 0
     error: Optional[TraceError] = None  # a Truncated/Corrupt met after the good records
@@ -442,6 +453,8 @@ class Tables:
         elif t in SYMBOL_RECORDS:
             table, addr, sym = self.symbol_of(rec)
             _insert_symbol(table, addr, sym)
+        elif t == "spans":
+            _spans(where, self, rec)
         elif t == "ebpf_pause":
             self.ebpf_pauses.append([rec["at_ns"], None])
         elif t == "ebpf_resume":
@@ -511,7 +524,7 @@ def _check_ids(where: str, rec: dict, expected: int, what: str) -> None:
 SYMBOL_RECORDS = ("iseq", "method", "cfunc")
 _FRAME_COLUMNS = ("kind", "iseq", "pc", "me")
 _SAMPLE_COLUMNS = ("dt_ns", "thread", "stack", "state")
-_SAMPLE_OPTIONAL = ("win_us",)
+_SAMPLE_OPTIONAL = ("win_us", "span")
 
 
 def _check_samples(reader: TraceReader, rec: dict, nstacks: int) -> int:
@@ -546,6 +559,40 @@ def _frames(where: str, tables: "Tables", rec: dict) -> None:
     tables.frame_pc.extend(cols[1])
     tables.frame_me.extend(cols[2])
     tables.frame_line.extend(line if line is not None and len(line) == n else [0] * n)
+
+
+SPAN_BEGIN, SPAN_END = 1, 2
+SPAN_KINDS = {1: "request", 2: "job", 3: "label"}
+
+
+def _spans(where: str, tables: "Tables", rec: dict) -> None:
+    """A spans record into tables.spans: serial -> {"span", "parent", "thread", "kind", "begin_ns",
+    "end_ns", "endpoint", "status", "request_id"} (None where the trace has no record of it)."""
+    try:
+        what, span, parent, thread, at_ns, kind, status = (int_column(rec, c, "Q") for c in
+                                                           ("what", "span", "parent", "thread", "at_ns", "kind",
+                                                            "status"))
+    except ValueError as e:
+        raise Corrupt(f"{where}: corrupt spans record ({e})") from None
+    endpoint, request_id = rec.get("endpoint"), rec.get("request_id")
+    n = len(what)
+    if (any(len(c) != n for c in (span, parent, thread, at_ns, kind, status))
+            or type(endpoint) is not list or type(request_id) is not list or len(endpoint) != n
+            or len(request_id) != n or not all(v is None or type(v) is str for v in endpoint + request_id)):
+        raise Corrupt(f"{where}: corrupt spans record (columns of different lengths or types)")
+    for i in range(n):
+        sp = tables.spans.get(span[i])
+        if sp is None:
+            sp = tables.spans[span[i]] = {"span": span[i], "parent": 0, "thread": 0, "kind": 0, "begin_ns": None,
+                                          "end_ns": None, "endpoint": None, "status": 0, "request_id": None}
+        if what[i] == SPAN_BEGIN:
+            sp.update(parent=parent[i], thread=thread[i], kind=kind[i], begin_ns=at_ns[i])
+            if endpoint[i] is not None and sp["endpoint"] is None:
+                sp["endpoint"] = endpoint[i]
+        elif what[i] == SPAN_END:
+            sp.update(end_ns=at_ns[i], status=status[i], request_id=request_id[i])
+            if endpoint[i] is not None:
+                sp["endpoint"] = endpoint[i]     # the end's name is the final one (Rails: the action)
 
 
 def _stacks(where: str, tables: "Tables", rec: dict) -> None:
@@ -592,7 +639,7 @@ def _insert_symbol(table: Dict[int, List[Symbol]], addr: int, sym: Symbol) -> No
 
 
 def iter_samples(path: str, on_batch: Callable[..., None], limit: Optional[int] = None,
-                 windows: bool = False) -> None:
+                 windows: bool = False, spans: bool = False) -> None:
     """Second pass: calls on_batch(base_ns, dt_ns, thread, stack, state) for each batch, in order;
     with `windows`, also each sample's copy window in us (`win_us`; 0s for traces without it).
     `limit`: how many sample records to hand over (Tables.good_sample_records: the ones the
@@ -605,7 +652,11 @@ def iter_samples(path: str, on_batch: Callable[..., None], limit: Optional[int] 
                     if limit is not None and n >= limit:
                         return
                     n += 1
-                    if windows:
+                    if spans:
+                        zeros = [0] * len(rec["dt_ns"])
+                        on_batch(rec["base_ns"], rec["dt_ns"], rec["thread"], rec["stack"], rec["state"],
+                                 rec.get("win_us") or zeros, rec.get("span") or zeros)
+                    elif windows:
                         on_batch(rec["base_ns"], rec["dt_ns"], rec["thread"], rec["stack"], rec["state"],
                                  rec.get("win_us") or [0] * len(rec["dt_ns"]))
                     else:

@@ -26,6 +26,8 @@
 #include "sdb_registry.h"
 
 #define NSLOTS 6
+#define GARBAGE_SPANS 64       /* span ring entries (a power of two, as the reader checks) */
+#define GARBAGE_STRINGS 4096   /* string table bytes */
 #define STACK_WORDS 4096          /* each fake VM stack: 32 KiB */
 #define ARENA_SIZE (8u << 20)
 #define NISEQ 64
@@ -276,15 +278,39 @@ static void scribble_slot(int i)
     s->thread_addr = i == 0 || below(16) ? w(threads[i]) : garbage();
     s->ec_addr = i == 0 || below(16) ? w((uint8_t *)threads[i] + L.thread_ec) : garbage();
     s->flags = (uint32_t)rnd();
+    s->span = below(2) ? rnd() : below(8);          /* a span: garbage, or a small serial */
+    s->span_ec = below(2) ? s->ec_addr : rnd();
     for (k = 0; k < SDB_NAME_MAX; k++)               /* no NUL, invalid UTF-8 */
         s->name[k] = (char)(0x80 | rnd());
     __atomic_store_n(&s->gen, g + 2, __ATOMIC_RELEASE);
 }
 
+/* The span ring and string table: random bytes, a head and a fill that may or may not fit, and
+ * now and then an event whose seq says it is whole (so the reader takes and decodes it). */
+static void scribble_spans(void)
+{
+    uint8_t *ring = (uint8_t *)hdr + hdr->spans_offset;
+    uint8_t *strings = (uint8_t *)hdr + hdr->strings_offset;
+    uint64_t head = below(4) ? rnd() % 100000 : rnd(), k;
+    size_t i;
+    for (i = 0; i < GARBAGE_SPANS * sizeof(struct sdb_span_event); i++) ring[i] = (uint8_t)rnd();
+    for (i = 0; i < GARBAGE_STRINGS; i++) strings[i] = (uint8_t)rnd();
+    for (k = 0; k < GARBAGE_SPANS && k < head; k++) {   /* the events the reader would look at */
+        uint64_t n = head - 1 - k;
+        struct sdb_span_event *e = (struct sdb_span_event *)(ring + (n % GARBAGE_SPANS) * sizeof(*e));
+        if (below(2)) e->seq = 2 * n + 2;
+        if (below(2)) e->endpoint = (uint32_t)(below(2) ? rnd() % GARBAGE_STRINGS : rnd());
+        if (below(2)) e->what = 1 + (uint32_t)below(2);
+    }
+    hdr->strings_used = (uint32_t)(below(2) ? rnd() % (GARBAGE_STRINGS + 64) : rnd());
+    __atomic_store_n(&hdr->span_head, head, __ATOMIC_RELEASE);
+}
+
 int main(int argc, char **argv)
 {
     struct sdb_header real;
-    size_t size = sizeof(struct sdb_header) + NSLOTS * sizeof(struct sdb_slot);
+    size_t size = sizeof(struct sdb_header) + NSLOTS * sizeof(struct sdb_slot) + GARBAGE_SPANS * sizeof(struct sdb_span_event)
+                  + GARBAGE_STRINGS;
     uint64_t end, round = 0;
     int fd, i;
     FILE *f;
@@ -334,6 +360,11 @@ int main(int argc, char **argv)
     hdr->proc_start_ticks = start_ticks();
     hdr->created_mono_ns = now_ns();
     hdr->gc_active = 0;
+    hdr->spans_offset = (uint32_t)(sizeof(struct sdb_header) + NSLOTS * sizeof(struct sdb_slot));
+    hdr->span_count = GARBAGE_SPANS;
+    hdr->strings_offset = hdr->spans_offset + GARBAGE_SPANS * sizeof(struct sdb_span_event);
+    hdr->strings_size = GARBAGE_STRINGS;
+    scribble_spans();
     for (i = 0; i < NSLOTS; i++) {
         scribble_stack(i);
         scribble_slot(i);
@@ -356,6 +387,8 @@ int main(int argc, char **argv)
             scribble_slot((int)below(NSLOTS));
         if (round % 16 == 0)
             hdr->gc_active = below(4) == 0;
+        if (round % 32 == 0)
+            scribble_spans();
         if (round % 4 == 0)
             for (i = 0; i < NSLOTS; i++)    /* the gem's state word: state | runs << 8 */
                 __atomic_store_n(&slot(i)->state, (uint32_t)(below(5) | (below(4) << 8)), __ATOMIC_RELAXED);

@@ -58,7 +58,9 @@
 #endif
 #define SDB_THREAD_KILLED 3 /* enum rb_thread_status: RUNNABLE, STOPPED, STOPPED_FOREVER, KILLED */
 
-_Static_assert(sizeof(struct sdb_slot) == 128, "sdb_slot is 128 bytes");
+_Static_assert(sizeof(struct sdb_slot) == 192, "sdb_slot is 192 bytes");
+_Static_assert(sizeof(struct sdb_span_event) == 128, "sdb_span_event is 128 bytes");
+_Static_assert((SDB_SPAN_EVENTS & (SDB_SPAN_EVENTS - 1)) == 0, "the span ring is a power of two");
 _Static_assert(sizeof(struct sdb_layout) % 8 == 0, "sdb_layout is 8-byte sized");
 
 typedef VALUE (*sdb_cfunc_t)(ANYARGS);
@@ -84,6 +86,10 @@ static struct {
     uint32_t dead_pending; /* slots the EXITED hook marked dead since the last sweep */
     uint64_t registrations; /* bumped at every registration (the GVL hook's negative cache) */
     VALUE threads;        /* Array: slot index -> Thread (GC-marked; before 3.3 only) */
+    VALUE strings;        /* Hash: endpoint String -> its id in the registry's string table */
+    struct sdb_span_event *spans; /* the span ring in the mapping */
+    char *strings_base;   /* the string table in the mapping */
+    uint64_t next_span;   /* the next span's serial */
     uint64_t next_serial;
     int warned_full;
     int enabled;
@@ -354,7 +360,9 @@ sdb_file_create(char *why, size_t cap)
 {
     uint32_t count = sdb_slot_count_from_env();
     uint32_t slots_offset = (uint32_t)((sizeof(struct sdb_header) + 63) & ~(size_t)63);
-    size_t size = (size_t)slots_offset + (size_t)count * sizeof(struct sdb_slot);
+    size_t spans_offset = ((size_t)slots_offset + (size_t)count * sizeof(struct sdb_slot) + 63) & ~(size_t)63;
+    size_t strings_offset = spans_offset + (size_t)SDB_SPAN_EVENTS * sizeof(struct sdb_span_event);
+    size_t size = strings_offset + SDB_STRINGS_SIZE;
     int fd = -1, attempt;
     void *map;
     VALUE v;
@@ -389,6 +397,10 @@ sdb_file_create(char *why, size_t cap)
     sdb.slot_count = count;
     sdb.next_serial = 1;
     sdb.warned_full = 0;
+    sdb.spans = (struct sdb_span_event *)((char *)map + spans_offset);
+    sdb.strings_base = (char *)map + strings_offset;
+    sdb.next_span = 1;
+    rb_hash_clear(sdb.strings); /* a fork child's table starts empty */
 
     /* C-side slot bookkeeping: a stack of free indices, slot 0 on top */
     xfree(sdb.free_stack);
@@ -411,6 +423,10 @@ sdb_file_create(char *why, size_t cap)
     sdb.hdr->status = SDB_STATUS_STARTING;
     sdb.hdr->proc_start_ticks = sdb_proc_start_ticks();
     sdb.hdr->created_mono_ns = sdb_now_ns(CLOCK_MONOTONIC);
+    sdb.hdr->spans_offset = (uint32_t)spans_offset;
+    sdb.hdr->span_count = SDB_SPAN_EVENTS;
+    sdb.hdr->strings_offset = (uint32_t)strings_offset;
+    sdb.hdr->strings_size = SDB_STRINGS_SIZE;
     v = sdb_const_str("RUBY_VERSION");
     sdb_copy_cstr(sdb.hdr->ruby_version, sizeof(sdb.hdr->ruby_version), RSTRING_PTR(v), RSTRING_LEN(v));
     v = sdb_const_str("RUBY_DESCRIPTION");
@@ -1082,6 +1098,8 @@ sdb_slot_register(VALUE thread, uint32_t tid, VALUE name, uint32_t flags)
     if (thread == rb_thread_current()) s->state = SDB_STATE_RUNNING; /* it runs this, holding the GVL */
 #endif
     s->flags = flags;
+    __atomic_store_n(&s->span, 0, __ATOMIC_RELAXED);
+    s->span_ec = 0;
     if (RB_TYPE_P(name, T_STRING))
         sdb_copy_cstr(s->name, SDB_NAME_MAX, RSTRING_PTR(name), RSTRING_LEN(name));
     else
@@ -1454,6 +1472,129 @@ sdb_take_over_methods(void)
     return NULL;
 }
 
+/* ---------- units of work (spans): Sdb::Spans, called by Sdb.label and the middlewares ----------
+ * A span is a web request, a job or a labelled block on one thread. Its begin and end go into the
+ * registry's span ring (sdb_registry.h); while it runs, the thread's slot names it (span, and the
+ * ec of the fiber it runs on). All of it with the GVL held (these are C methods): one writer at a
+ * time. Nothing here allocates once an endpoint name has been seen: a Hash lookup, a clock read
+ * and a few stores. */
+
+static uint64_t
+sdb_current_ec(uint64_t th)
+{
+    return th ? *(const uint64_t *)(uintptr_t)(th + sdb.layout.thread_ec) : 0;
+}
+
+/* The id of an endpoint name in the registry's string table (interned once), 0: none or refused. */
+static uint32_t
+sdb_intern(VALUE str)
+{
+    VALUE v;
+    long len;
+    uint32_t used, need, id;
+    if (SYMBOL_P(str)) str = rb_sym2str(str);
+    if (!RB_TYPE_P(str, T_STRING)) return 0;
+    v = rb_hash_lookup2(sdb.strings, str, Qundef);
+    if (v != Qundef) return (uint32_t)FIX2ULONG(v);
+    len = RSTRING_LEN(str);
+    used = sdb.hdr->strings_used;
+    need = (uint32_t)((4 + len + 3) & ~3L);
+    if (len == 0 || len > SDB_STRING_MAX || (uint64_t)used + need > SDB_STRINGS_SIZE) {
+        sdb.hdr->strings_refused++; /* not cached: the Hash stays as small as the table */
+        return 0;
+    }
+    memcpy(sdb.strings_base + used, &(uint32_t){ (uint32_t)len }, 4);
+    memcpy(sdb.strings_base + used + 4, RSTRING_PTR(str), (size_t)len);
+    __atomic_store_n(&sdb.hdr->strings_used, used + need, __ATOMIC_RELEASE);
+    id = used + 1;
+    rb_hash_aset(sdb.strings, rb_str_new_frozen(str), ULONG2NUM(id));
+    return id;
+}
+
+static void
+sdb_span_write(uint32_t what, uint32_t kind, uint64_t span, uint64_t parent, uint64_t thread_serial,
+               uint32_t endpoint, uint32_t status, VALUE request_id)
+{
+    uint64_t i = sdb.hdr->span_head;
+    struct sdb_span_event *e = &sdb.spans[i & (SDB_SPAN_EVENTS - 1)];
+    __atomic_store_n(&e->seq, 2 * i + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    e->span = span;
+    e->parent = parent;
+    e->thread_serial = thread_serial;
+    e->at_ns = sdb_now_ns(CLOCK_MONOTONIC);
+    e->what = what;
+    e->kind = kind;
+    e->endpoint = endpoint;
+    e->status = status;
+    if (RB_TYPE_P(request_id, T_STRING) && RSTRING_LEN(request_id) < SDB_REQUEST_ID_MAX &&
+        !memchr(RSTRING_PTR(request_id), 0, (size_t)RSTRING_LEN(request_id))) {
+        memcpy(e->request_id, RSTRING_PTR(request_id), (size_t)RSTRING_LEN(request_id));
+        memset(e->request_id + RSTRING_LEN(request_id), 0, SDB_REQUEST_ID_MAX - (size_t)RSTRING_LEN(request_id));
+    }
+    else { /* none, or longer than the field: never a cut id */
+        memset(e->request_id, 0, SDB_REQUEST_ID_MAX);
+    }
+    __atomic_store_n(&e->seq, 2 * i + 2, __ATOMIC_RELEASE);
+    __atomic_store_n(&sdb.hdr->span_head, i + 1, __ATOMIC_RELEASE);
+}
+
+/* Sdb::Spans.current -> the serial of the span this thread is in on this fiber, 0: none. */
+static VALUE
+sdb_spans_current(VALUE self)
+{
+    uint64_t th;
+    struct sdb_slot *s;
+    (void)self;
+    if (!sdb.enabled) return INT2FIX(0);
+    th = sdb_thread_ptr(rb_thread_current());
+    s = sdb_slot_of(th);
+    if (!s || s->span_ec != sdb_current_ec(th)) return INT2FIX(0);
+    return ULL2NUM(s->span);
+}
+
+/* Sdb::Spans.open(kind, endpoint or nil) -> the new span's serial (0: sdb is off). The thread's
+ * slot names it from now on, for stacks read on this fiber. */
+static VALUE
+sdb_spans_open(VALUE self, VALUE kind, VALUE endpoint)
+{
+    uint64_t th, span, parent = 0, ec;
+    struct sdb_slot *s;
+    (void)self;
+    if (!sdb.enabled || !sdb.hdr) return INT2FIX(0);
+    th = sdb_thread_ptr(rb_thread_current());
+    ec = sdb_current_ec(th);
+    s = sdb_slot_of(th);
+    span = sdb.next_span++;
+    if (s && s->span_ec == ec) parent = s->span;
+    sdb_span_write(SDB_SPAN_BEGIN, FIXNUM_P(kind) ? (uint32_t)FIX2LONG(kind) : 0, span, parent,
+                   s ? s->serial : 0, sdb_intern(endpoint), 0, Qnil);
+    if (s) {
+        __atomic_store_n(&s->span, 0, __ATOMIC_RELEASE); /* never a moment with the new ec and the old span */
+        __atomic_store_n(&s->span_ec, ec, __ATOMIC_RELEASE);
+        __atomic_store_n(&s->span, span, __ATOMIC_RELEASE);
+    }
+    return ULL2NUM(span);
+}
+
+/* Sdb::Spans.close(span, parent, endpoint or nil, request_id or nil, status) -> nil. The thread
+ * is in `parent` again (0: none). */
+static VALUE
+sdb_spans_close(VALUE self, VALUE span, VALUE parent, VALUE endpoint, VALUE request_id, VALUE status)
+{
+    uint64_t th, sp, par;
+    struct sdb_slot *s;
+    (void)self;
+    if (!sdb.enabled || !sdb.hdr || !RB_INTEGER_TYPE_P(span) || (sp = NUM2ULL(span)) == 0) return Qnil;
+    par = RB_INTEGER_TYPE_P(parent) ? NUM2ULL(parent) : 0;
+    th = sdb_thread_ptr(rb_thread_current());
+    s = sdb_slot_of(th);
+    if (s && s->span == sp) __atomic_store_n(&s->span, par, __ATOMIC_RELEASE);
+    sdb_span_write(SDB_SPAN_END, 0, sp, 0, 0, sdb_intern(endpoint),
+                   FIXNUM_P(status) ? (uint32_t)FIX2LONG(status) : 0, request_id);
+    return Qnil;
+}
+
 /* ---------- Ruby-visible (private) entry points ---------- */
 
 /* Sdb.__open -> nil, or a String: why sdb is disabled (to warn once). Publishes the registry,
@@ -1569,6 +1710,17 @@ Init_sdb_ext(void)
     sdb_id_native_thread_id = rb_intern("native_thread_id");
     sdb.threads = rb_obj_hide(rb_ary_new());
     rb_gc_register_mark_object(sdb.threads);
+    sdb.strings = rb_obj_hide(rb_hash_new());
+    rb_gc_register_mark_object(sdb.strings);
+    {
+        VALUE spans = rb_define_module_under(mSdb, "Spans");
+        rb_define_singleton_method(spans, "current", sdb_spans_current, 0);
+        rb_define_singleton_method(spans, "open", sdb_spans_open, 2);
+        rb_define_singleton_method(spans, "close", sdb_spans_close, 5);
+        rb_define_const(mSdb, "KIND_REQUEST", INT2FIX(SDB_KIND_REQUEST));
+        rb_define_const(mSdb, "KIND_JOB", INT2FIX(SDB_KIND_JOB));
+        rb_define_const(mSdb, "KIND_LABEL", INT2FIX(SDB_KIND_LABEL));
+    }
 
     rb_define_singleton_method(mSdb, "__open", sdb_open, 0);
     rb_define_singleton_method(mSdb, "__enabled?", sdb_enabled_p, 0);

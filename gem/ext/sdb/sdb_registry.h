@@ -8,6 +8,7 @@
  *
  * File: /dev/shm/sdb-<pid>, mode 0600, owned by the Ruby process's user.
  *   [struct sdb_header][padding to slots_offset][slot 0][slot 1]...
+ *   [span event 0 at spans_offset]...[string table at strings_offset]
  *
  * Slots are guarded by a seqlock: `gen` is odd while the gem writes the
  * slot and is bumped again (to even) when the write is done. A reader
@@ -25,7 +26,7 @@
 #include <stdint.h>
 
 #define SDB_REGISTRY_MAGIC "SDBREG\0\0" /* 8 bytes */
-#define SDB_REGISTRY_VERSION 1
+#define SDB_REGISTRY_VERSION 2
 #define SDB_REGISTRY_PREFIX "/dev/shm/sdb-"
 #define SDB_DEFAULT_SLOTS 1024
 #define SDB_NAME_MAX 64
@@ -49,6 +50,19 @@
 #define SDB_STATE_RUNNING 1  /* holds the GVL, running Ruby */
 #define SDB_STATE_GVL_WAIT 2 /* ready, waiting for the GVL */
 #define SDB_STATE_BLOCKED 3  /* released the GVL: sleep, IO, lock, queue */
+
+/* Units of work (spans): a web request, a job, a block given to Sdb.label. */
+#define SDB_SPAN_EVENTS 4096   /* ring entries (a power of two) */
+#define SDB_STRINGS_SIZE 65536 /* string table bytes */
+#define SDB_STRING_MAX 1024    /* a longer endpoint is not interned (it would have to be cut) */
+#define SDB_REQUEST_ID_MAX 64  /* request_id bytes, NUL included: a longer id is not kept */
+/* sdb_span_event.what */
+#define SDB_SPAN_BEGIN 1
+#define SDB_SPAN_END 2
+/* sdb_span_event.kind */
+#define SDB_KIND_REQUEST 1     /* a web request (the Rack middleware) */
+#define SDB_KIND_JOB 2         /* a background job (the Sidekiq middleware) */
+#define SDB_KIND_LABEL 3       /* Sdb.label { } */
 
 /*
  * Everything a reader needs to know about the running Ruby's memory
@@ -159,7 +173,33 @@ struct sdb_slot {
     uint32_t state;          /* SDB_STATE_* | runs << 8: stores by the thread itself, outside the seqlock */
     uint32_t flags;          /* SDB_SLOT_* */
     char name[SDB_NAME_MAX]; /* NUL-terminated, truncated UTF-8 */
+    /* The unit of work the thread is in: stored by the thread itself (GVL held), outside the
+     * seqlock: span_ec first, then span (release). A reader trusts span only for a stack read on
+     * the ec (fiber) span_ec names, with span the same before and after the read. */
+    uint64_t span;           /* the span's serial (sdb_span_event.span), 0: none */
+    uint64_t span_ec;        /* the rb_execution_context_t* (fiber) that began it */
+    uint64_t reserved[6];
 };
+
+/* One event of the span ring: event i (0, 1, ...) lives at ring[i % span_count]. Written by the
+ * gem with the GVL held (one writer at a time): seq = 2i+1, release fence, the fields, then
+ * seq = 2i+2 (release) and header.span_head = i+1 (release). A reader copies entry i and trusts
+ * it only if seq was 2i+2 before and after the copy; an entry overwritten before it was read is
+ * lost (and counted by the reader). */
+struct sdb_span_event {
+    uint64_t seq;
+    uint64_t span;           /* the span's serial: 1, 2, ... per process, never reused */
+    uint64_t parent;         /* begin: the span the thread was in (nested Sdb.label), 0: none */
+    uint64_t thread_serial;  /* begin: the thread's slot serial (0: the thread has no slot) */
+    uint64_t at_ns;          /* CLOCK_MONOTONIC of the begin or the end */
+    uint32_t what;           /* SDB_SPAN_BEGIN, SDB_SPAN_END */
+    uint32_t kind;           /* SDB_KIND_* */
+    uint32_t endpoint;       /* string id: offset + 1 of its entry in the string table; 0: none */
+    uint32_t status;         /* end: the HTTP status; a job: 0 done, 1 raised; 0: unknown */
+    char request_id[SDB_REQUEST_ID_MAX]; /* end: NUL-terminated; empty: none */
+    uint64_t reserved;
+};
+
 
 struct sdb_header {
     char magic[8];            /* SDB_REGISTRY_MAGIC */
@@ -179,6 +219,14 @@ struct sdb_header {
     char layout_name[16];     /* which table row is in use, e.g. "3.3" */
     char disabled_reason[200];
     struct sdb_layout layout;
+    /* spans: the event ring and the string table (endpoint names) */
+    uint32_t spans_offset;    /* byte offset of the ring (64-byte aligned) */
+    uint32_t span_count;      /* its entries: SDB_SPAN_EVENTS */
+    uint32_t strings_offset;  /* byte offset of the string table: entries [uint32 len][len bytes], 4-aligned */
+    uint32_t strings_size;    /* its bytes */
+    uint64_t span_head;       /* events written so far */
+    uint32_t strings_used;    /* bytes of the table in use: stored (release) after an entry is complete */
+    uint32_t strings_refused; /* endpoints not interned (table full, or longer than SDB_STRING_MAX) */
 };
 
 #endif /* SDB_REGISTRY_H */

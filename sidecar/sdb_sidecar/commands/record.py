@@ -97,7 +97,7 @@ class Recording:
                 target = self.wait_for_target()
                 if target is not None:
                     # quiet: the program owns the terminal
-                    counts = record(target, self.args.output, Options.from_args(self.args, quiet=True),
+                    counts = record(target, self.args.output, Options.from_args(self.args, quiet=True, from_start=True),
                                     on_signal=self.on_signal)
             except SdbError as e:  # the program runs on, unrecorded, as it would without sdb
                 error = e

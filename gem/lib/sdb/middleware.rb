@@ -1,0 +1,67 @@
+# frozen_string_literal: true
+
+module Sdb
+  # Rack middleware: every request is one unit of work (a span) of this thread, from the moment
+  # the request reaches it to the moment the response is returned (a streamed body's iteration
+  # after that is not in it). Its endpoint is known when the app is done with it:
+  # - env["sdb.endpoint"], when the app set one;
+  # - Rails: the controller and action that handled it, "ProductsController#index";
+  # - Sinatra: its route, "GET /products/:id";
+  # - else the request method alone with "(no route)": "GET (no route)". A path is never used:
+  #   paths hold ids, and one endpoint per id would be no grouping at all.
+  # The request id is Rails' (ActionDispatch::RequestId) or the X-Request-Id header, when either
+  # is a string shorter than 64 bytes; the status is the response's (500 if the app raised).
+  class Middleware
+    NO_ROUTE = Hash.new { |h, m| h[m] = "#{m} (no route)".freeze }
+    NAMES_MAX = 10_000      # controller/action names kept: beyond, they are built per request
+
+    def initialize(app)
+      @app = app
+      @names = {}           # controller class -> { action -> "Class#action" }
+      @count = 0
+    end
+
+    def call(env)
+      parent = Spans.current
+      span = Spans.open(KIND_REQUEST, nil)
+      status = 500
+      begin
+        response = @app.call(env)
+        status = response[0].to_i
+        response
+      ensure
+        Spans.close(span, parent, endpoint_of(env), request_id_of(env), status)
+      end
+    end
+
+    private
+
+    def endpoint_of(env)
+      given = env["sdb.endpoint"]
+      return given if given
+      controller = env["action_controller.instance"]
+      return controller_name(controller) if controller
+      route = env["sinatra.route"]
+      return route if route
+      NO_ROUTE[env["REQUEST_METHOD"].to_s] if NO_ROUTE.size < 64 || NO_ROUTE.key?(env["REQUEST_METHOD"].to_s)
+    end
+
+    def controller_name(controller)
+      action = controller.action_name
+      klass = controller.class
+      by_action = @names[klass]
+      name = by_action && by_action[action]
+      return name if name
+      name = "#{klass.name}##{action}".freeze
+      if @count < NAMES_MAX
+        (@names[klass] ||= {})[action.dup.freeze] = name
+        @count += 1
+      end
+      name
+    end
+
+    def request_id_of(env)
+      env["action_dispatch.request_id"] || env["HTTP_X_REQUEST_ID"]
+    end
+  end
+end
