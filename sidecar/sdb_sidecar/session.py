@@ -28,14 +28,20 @@ DRAIN_MAX_S = 0.5             # the longest: a drain wakes the Python thread, ~2
 STALL_GRACE_S = 3.0
 
 
-def realtime_sampling() -> bool:
+REALTIME_MAX_HZ = 2000.0      # above, the sampler keeps the normal scheduler (see realtime_sampling)
+
+
+def realtime_sampling(rate_hz: float) -> bool:
     """Puts the calling thread (the sampler's) in SCHED_FIFO at the lowest real-time priority, when
-    allowed (root, or CAP_SYS_NICE). Under the normal scheduler a thread that wakes up (a Ruby
+    allowed (root, or CAP_SYS_NICE), at rates up to REALTIME_MAX_HZ. Under the normal scheduler a thread that wakes up (a Ruby
     thread back from IO or sleep) is often put on the CPU the sampler runs on and preempts it:
     the ticks it should have taken while that thread ran are late, and short bursts of work right
     after a wake-up go unsampled (1.6 ms of CPU after each 20 ms sleep: 23 samples for 152 ms on
     2 CPUs; 153 with the sampler real-time, as with the two pinned to different CPUs). The sampler
-    sleeps between ticks: at ~1% of a CPU it starves no one. False: not allowed, left as it was."""
+    sleeps between ticks: at ~1% of a CPU it starves no one; at 10 kHz and more it can use most of a
+    CPU, which no real-time thread should. False: not done, left as it was."""
+    if rate_hz > REALTIME_MAX_HZ:
+        return False
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
         return True
@@ -209,7 +215,7 @@ class Session:
         self._errors_seen, self._maps_checked = 0, 0.0
 
     def _sample(self) -> None:
-        realtime_sampling()
+        realtime_sampling(self.opts.rate_hz)
         try:
             self.result.append(self.sampler.run(self.opts.duration_s))
         finally:
