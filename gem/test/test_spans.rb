@@ -119,6 +119,31 @@ class TestSpans < Minitest::Test
     assert_equal [1, 1, 1], r["kinds"]
   end
 
+  def test_the_middleware_passes_what_the_app_raises_or_returns_through_unchanged
+    r = run_json(<<~RUBY)
+      require "sdb"
+      require "sdb/middleware"
+      boom = Sdb::Middleware.new(->(_env) { raise IOError, "disk" })
+      odd = Sdb::Middleware.new(->(_env) { :not_a_rack_response })
+      bad_controller = Object.new
+      def bad_controller.action_name = raise("no action")
+      err = begin
+        boom.call("REQUEST_METHOD" => "GET")
+      rescue IOError => e
+        e.message
+      end
+      got = odd.call("REQUEST_METHOD" => "GET", "action_controller.instance" => bad_controller)
+      ends = SdbRegistryReader.spans(Sdb.registry_path).select { |e| e["what"] == 2 }
+      puts JSON.dump("err" => err, "got" => got.to_s, "ends" => ends.map { |e| e.values_at("status", "endpoint") })
+    RUBY
+    assert_equal "disk", r["err"]
+    assert_equal "not_a_rack_response", r["got"]
+    # both requests are ended: the one that raised with 500, the odd one with no endpoint (its
+    # controller raised while being named) rather than a guess
+    assert_equal 500, r["ends"][0][0]
+    assert_equal [500, 0], r["ends"][1]
+  end
+
   def test_without_sdb_a_label_only_runs_its_block
     r = run_json(<<~RUBY, "SDB_DISABLE" => "1")
       require "sdb"

@@ -24,17 +24,23 @@ module Sdb
     def call(env)
       parent = Spans.current
       span = Spans.open(KIND_REQUEST, nil)
-      status = 500
+      response = nil
       begin
         response = @app.call(env)
-        status = response[0].to_i
-        response
       ensure
-        Spans.close(span, parent, endpoint_of(env), request_id_of(env), status)
+        close(span, parent, env, response)
       end
     end
 
     private
+
+    # Never raises: what the app returns or raises reaches the server unchanged.
+    def close(span, parent, env, response)
+      status = response.is_a?(Array) && response[0].is_a?(Integer) ? response[0] : 500
+      Spans.close(span, parent, endpoint_of(env), request_id_of(env), status)
+    rescue StandardError
+      Spans.close(span, parent, nil, nil, status || 0)
+    end
 
     def endpoint_of(env)
       given = env["sdb.endpoint"]
@@ -61,7 +67,8 @@ module Sdb
     end
 
     def request_id_of(env)
-      env["action_dispatch.request_id"] || env["HTTP_X_REQUEST_ID"]
+      id = env["action_dispatch.request_id"] || env["HTTP_X_REQUEST_ID"]
+      id if id.is_a?(String)
     end
   end
 end

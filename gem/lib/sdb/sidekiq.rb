@@ -14,13 +14,14 @@ module Sdb
         status = 0
         result
       ensure
-        Spans.close(span, parent, job["wrapped"] || job["class"], job["jid"], status)
+        name, jid = job.is_a?(Hash) ? [job["wrapped"] || job["class"], job["jid"]] : []
+        Spans.close(span, parent, name.is_a?(String) ? name : nil, jid.is_a?(String) ? jid : nil, status)
       end
     end
   end
 end
 
-if defined?(::Sidekiq) && ::Sidekiq.respond_to?(:configure_server)
+if defined?(::Sidekiq) && ::Sidekiq.respond_to?(:configure_server) && Sdb.enabled? && ENV["SDB_REQUESTS"] != "0"
   ::Sidekiq.configure_server do |config|
     config.server_middleware { |chain| chain.add Sdb::SidekiqMiddleware }
   end
