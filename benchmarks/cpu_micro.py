@@ -67,6 +67,8 @@ def one(cfg, workload: str, size: int, profiler: str, rate: int, tmp: str, tag: 
             if not out.startswith("result "):
                 raise RuntimeError(f"recursion.rb {profiler} {workload}: no result (said {out!r})")
             wall, cpu = map(float, out.split()[1:3])
+            if workload == "spans":        # the loop's allocations, on the next line
+                res["allocated"] = int(p.stdout.readline().split()[1])
             res["cpu_share"] = cpu / wall  # below ~0.98: something else ran on the target's core
             res["cpu_seconds"] = cpu
             return wall

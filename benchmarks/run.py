@@ -32,11 +32,12 @@ import gc_alloc  # noqa: E402
 import rails_overhead  # noqa: E402
 import sample_cost  # noqa: E402
 import sidecar_cpu  # noqa: E402
+import span_cost  # noqa: E402
 import symbolize_formats  # noqa: E402
 
 BENCHMARKS = {m.NAME: m for m in (sample_cost, sidecar_cpu, busy_pace, cpu_micro, rails_overhead,
                                    symbolize_formats, boot_symbolizer, ebpf_pause_cost, first_sample, boot_real,
-                                   gc_alloc, fork_cost)}
+                                   gc_alloc, fork_cost, span_cost)}
 
 
 def main() -> int:

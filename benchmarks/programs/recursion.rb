@@ -4,6 +4,9 @@
 #             threads: SIZE times Thread.new { }.join
 #             alloc: SIZE times a 20-string Array kept in a ring of 20,000 (GC runs all the time)
 #             fork: SIZE times fork { exit!(0) } and wait for it (a fork-per-job server's loop)
+#             spans: SIZE units of work, each Sdb.label(endpoint:, request_id:) { } (a request's begin
+#                    and end); without sdb a Sdb.label that only yields stands in for it. The
+#                    objects allocated during the loop are printed after the result ("allocated N")
 # Prints "ready <pid>", waits for a line on stdin, runs the workload once and prints
 # "result <wall seconds> <CPU seconds>" (around the workload only), then exits when stdin closes.
 profiler, workload, size, stackprof_out = ARGV
@@ -41,6 +44,22 @@ def fork_workload(count)
   count.times { Process.wait(fork { exit!(0) }) }
 end
 
+unless defined?(Sdb)
+  module Sdb
+    def self.label(endpoint:, request_id: nil) = yield   # the app without sdb: the block runs, nothing else
+  end
+end
+
+ENDPOINT = "ProductsController#index"
+REQUEST_ID = "3f1c2a9e-5d4b-4e7a-9c1d-0b2a6f8e7d55"
+
+def spans_workload(count)
+  i = 0
+  while i < count
+    Sdb.label(endpoint: ENDPOINT, request_id: REQUEST_ID) { i += 1 }
+  end
+end
+
 def alloc_workload(count)
   keep = Array.new(20_000)
   count.times { |i| keep[i % keep.size] = Array.new(20) { |k| "s#{k}" } }
@@ -50,11 +69,14 @@ work = case workload
        when "threads" then -> { threads_workload(size) }
        when "alloc" then -> { alloc_workload(size) }
        when "fork" then -> { fork_workload(size) }
+       when "spans" then -> { spans_workload(size) }
        else -> { loop_workload(size) }
        end
+spans_workload(10_000) if workload == "spans"  # warm: Ruby's caches, the endpoint interned
 $stdout.puts "ready #{Process.pid}"
 $stdout.flush
 $stdin.gets
+allocated0 = GC.stat(:total_allocated_objects)
 t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 c0 = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
 if profiler.start_with?("stackprof")
@@ -65,6 +87,8 @@ else
 end
 elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
 cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - c0
+allocated = GC.stat(:total_allocated_objects) - allocated0
 $stdout.puts "result #{elapsed} #{cpu}"
+$stdout.puts "allocated #{allocated}" if workload == "spans"
 $stdout.flush
 $stdin.gets # exit when stdin closes (a profiler attached from outside ends its recording first)
