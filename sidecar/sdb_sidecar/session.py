@@ -211,6 +211,7 @@ class Session:
         self.interrupted = False
         self.execd = False
         self.stalled = False
+        self.ended_ns = 0           # drain_last: when the recording ended
         self.started = 0.0
         self._errors_seen, self._maps_checked = 0, 0.0
 
@@ -276,7 +277,10 @@ class Session:
         self.thread.join(STALL_GRACE_S)
 
     def drain_last(self) -> None:
-        """After the loop: what the sampler gathered since the last step (not from a stalled one)."""
+        """After the loop: what the sampler gathered since the last step (not from a stalled one).
+        The recording ends now (the end record's at_ns): the span ring is read after this moment,
+        so every request or job that ended by then is in the trace."""
+        self.ended_ns = _sampler.monotonic_ns()
         if not self.stalled:
             self.drainer.drain()
         self.drainer.spans.drain(final=True)
@@ -313,7 +317,7 @@ class Session:
         """The closing counts (the trace's end record)."""
         stats = self.sampler.stats()
         d = self.drainer
-        return {"at_ns": _sampler.monotonic_ns(), "reason": self.reason(), "ticks": stats["ticks"],
+        return {"at_ns": self.ended_ns or _sampler.monotonic_ns(), "reason": self.reason(), "ticks": stats["ticks"],
                 "late": stats["late"], "missed": stats["missed"], "samples": stats["samples"], "torn": stats["torn"],
                 "retried": stats["retried"], "reused": stats["reused"], "errors": stats["errors"],
                 "yjit_no_line": stats["yjit_no_line"], "span_unsure": stats["span_unsure"],
