@@ -226,7 +226,7 @@ class SpanReader:
 
     def drain(self, final: bool = False) -> None:
         events, self.next, lost = self.reg.read_spans(self.next)
-        self.lost += lost
+        self.lost = min(self.lost + lost, (1 << 63) - 1)     # a garbled ring's head can claim any number
         out = []
         for ev in events:
             what, span, at_ns = ev[0], ev[1], ev[4]
