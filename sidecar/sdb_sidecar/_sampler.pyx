@@ -311,6 +311,7 @@ cdef struct SampleEnt:
     uint64_t t_ns
     uint64_t serial
     uint64_t span           # the unit of work (request, job, label) it was in, 0: none or not proven
+    uint64_t tick           # the tick that took it (the samples of one tick were read together)
     uint32_t stack
     uint32_t state
     uint32_t win_us         # its frames were copied within [t_ns - win_us * 1000, t_ns] (rounded up)
@@ -1870,6 +1871,7 @@ cdef class Sampler:
         self.g.samples[self.g.sample_len].stack = sid
         self.g.samples[self.g.sample_len].state = job.state
         self.g.samples[self.g.sample_len].span = span
+        self.g.samples[self.g.sample_len].tick = self.ticks
         self.g.sample_len += 1
         self.total_samples += 1
         return R_OK
@@ -2408,6 +2410,7 @@ cdef class Sampler:
                 out["sample_stack"] = [smp[i].stack for i in range(taken.sample_len)]
                 out["sample_state"] = [smp[i].state for i in range(taken.sample_len)]
                 out["sample_span"] = [smp[i].span for i in range(taken.sample_len)]
+                out["sample_tick"] = [smp[i].tick for i in range(taken.sample_len)]
         finally:
             free(taken.samples)
             free(taken.tevts)
@@ -2428,19 +2431,19 @@ cdef class Sampler:
 
 cdef object encode_samples_record(const SampleEnt *smp, uint64_t n):
     """The trace's samples record for smp[0:n] (docs/trace-format.md): {"t": "samples", "base_ns",
-    "dt_ns", "thread", "stack", "state", "win_us", "span"}, encoded as msgpack.Packer encodes that dict. None if n is 0."""
+    "dt_ns", "thread", "stack", "state", "win_us", "span", "tick"}, encoded as msgpack.Packer encodes that dict. None if n is 0."""
     cdef uint8_t *buf
     cdef uint8_t *p
     cdef uint64_t i, base
     if n == 0:
         return None
-    buf = <uint8_t *>malloc(128 + 6 * 9 * n)    # 9 bytes at most per number
+    buf = <uint8_t *>malloc(128 + 7 * 9 * n)    # 9 bytes at most per number
     if buf == NULL:
         raise MemoryError()
     try:
         with nogil:
             base = smp[0].t_ns
-            p = sdb_mp_map(buf, 8)
+            p = sdb_mp_map(buf, 9)
             p = sdb_mp_str(p, "t")
             p = sdb_mp_str(p, "samples")
             p = sdb_mp_str(p, "base_ns")
@@ -2469,12 +2472,16 @@ cdef object encode_samples_record(const SampleEnt *smp, uint64_t n):
             p = sdb_mp_array(p, n)
             for i in range(n):
                 p = sdb_mp_uint(p, smp[i].span)
+            p = sdb_mp_str(p, "tick")
+            p = sdb_mp_array(p, n)
+            for i in range(n):
+                p = sdb_mp_uint(p, smp[i].tick)
         return (<char *>buf)[:p - buf]
     finally:
         free(buf)
 
 
-def encode_samples_for_test(list t_ns, list serial, list stack, list state, list win_us, list span):
+def encode_samples_for_test(list t_ns, list serial, list stack, list state, list win_us, list span, list tick):
     """encode_samples_record over Python lists (for the tests: compare with msgpack's own encoding)."""
     cdef uint64_t n = len(t_ns), i
     cdef SampleEnt *smp = <SampleEnt *>malloc((n + 1) * sizeof(SampleEnt))
@@ -2488,6 +2495,7 @@ def encode_samples_for_test(list t_ns, list serial, list stack, list state, list
             smp[i].state = state[i]
             smp[i].win_us = win_us[i]
             smp[i].span = span[i]
+            smp[i].tick = tick[i]
         return encode_samples_record(smp, n)
     finally:
         free(smp)

@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from typing import Dict, FrozenSet, Iterable, Optional, Tuple
 
-from sdb_trace import STATE_BLOCKED, STATE_NAMES, STATE_UNKNOWN, Tables, iter_samples
+from sdb_trace import STATE_BLOCKED, STATE_GVL_WAIT, STATE_NAMES, STATE_RUNNING, STATE_UNKNOWN, Tables, iter_samples
 
 from .labels import LABELS_SDB
 from .resolve import UNKNOWN_ISEQ_PREFIX, Frame, Resolver, thread_label
@@ -365,13 +365,16 @@ class SamplePass:
         hi_v = self.hi if self.hi is not None else 1 << 63
         timeline = getattr(reporter, "timeline", False)
         by_unit = getattr(reporter, "by_unit", False)
+        blame = getattr(reporter, "gvl_blame", False)
         counts: Counter = Counter()
         thread = self.thread
 
-        def on_batch(base, dts, threads, stacks, sts, wins, spans):
+        def on_batch(base, dts, threads, stacks, sts, wins, spans, ticks):
             self.samples_in += len(dts)
             if progress is not None:
                 progress.update(len(dts))
+            if blame:
+                self._blame(reporter, base, dts, threads, stacks, sts, wins, spans, ticks)
             for dt, th, sid, st, win, sp in zip(dts, threads, stacks, sts, wins, spans):
                 t = base + dt
                 if t < lo_v or t > hi_v or not self.keep(th, st):
@@ -391,6 +394,32 @@ class SamplePass:
             stack = sid if isinstance(sid, Stack) else self.stack(sid, st, 0)
             u = self.t.spans.get(us) if us else None
             self._hand(reporter, thread(serial), self.unit_stack(stack, u), st, None, n, u, by_unit)
+
+    def _blame(self, reporter, base, dts, threads, stacks, sts, wins, spans, ticks) -> None:
+        """GVL blame: each sample of a thread waiting for the GVL, with the one thread the same tick
+        saw running Ruby (it held the GVL then: one holder at a time), its unit and stack; none when
+        the tick saw no running thread or more than one (Ruby 3.1, where states are worked out from
+        the kernel's, can see two: not proof of either). Tick 0 and traces without ticks: no blame."""
+        i, n = 0, len(dts)
+        while i < n:
+            j = i
+            while j < n and ticks[j] == ticks[i]:
+                j += 1
+            if ticks[i] and STATE_GVL_WAIT in sts[i:j]:
+                runners = [k for k in range(i, j) if sts[k] == STATE_RUNNING]
+                holder = runners[0] if len(runners) == 1 else None
+                held = None
+                if holder is not None:
+                    t = base + dts[holder]
+                    held = (self.stack(stacks[holder], STATE_RUNNING, t, t - wins[holder] * 1000),
+                            self.unit(spans[holder]))
+                for k in range(i, j):
+                    if sts[k] == STATE_GVL_WAIT:
+                        if held is not None and threads[k] != threads[holder]:
+                            reporter.add_blame(self.unit(spans[k]), held[0], held[1])
+                        else:
+                            reporter.add_blame(self.unit(spans[k]), None, None)
+            i = j
 
     def _hand(self, reporter, th, stack, st, t, n, u, by_unit) -> None:
         self.samples_out += n

@@ -137,12 +137,15 @@ class TraceWriter:
         self._write({"t": "stacks", "first_id": first_id, "stacks": stacks})
 
     def samples(self, base_ns: int, dt_ns: List[int], thread: List[int], stack: List[int], state: List[int],
-                win_us: Optional[List[int]] = None, span: Optional[List[int]] = None) -> None:
+                win_us: Optional[List[int]] = None, span: Optional[List[int]] = None,
+                tick: Optional[List[int]] = None) -> None:
         rec = {"t": "samples", "base_ns": base_ns, "dt_ns": dt_ns, "thread": thread, "stack": stack, "state": state}
         if win_us is not None:
             rec["win_us"] = win_us
         if span is not None:
             rec["span"] = span
+        if tick is not None:
+            rec["tick"] = tick
         self._write(rec)
 
     def encoded(self, record: bytes) -> None:
@@ -524,7 +527,7 @@ def _check_ids(where: str, rec: dict, expected: int, what: str) -> None:
 SYMBOL_RECORDS = ("iseq", "method", "cfunc")
 _FRAME_COLUMNS = ("kind", "iseq", "pc", "me")
 _SAMPLE_COLUMNS = ("dt_ns", "thread", "stack", "state")
-_SAMPLE_OPTIONAL = ("win_us", "span")
+_SAMPLE_OPTIONAL = ("win_us", "span", "tick")
 
 
 def _check_samples(reader: TraceReader, rec: dict, nstacks: int) -> int:
@@ -655,7 +658,7 @@ def iter_samples(path: str, on_batch: Callable[..., None], limit: Optional[int] 
                     if spans:
                         zeros = [0] * len(rec["dt_ns"])
                         on_batch(rec["base_ns"], rec["dt_ns"], rec["thread"], rec["stack"], rec["state"],
-                                 rec.get("win_us") or zeros, rec.get("span") or zeros)
+                                 rec.get("win_us") or zeros, rec.get("span") or zeros, rec.get("tick") or zeros)
                     elif windows:
                         on_batch(rec["base_ns"], rec["dt_ns"], rec["thread"], rec["stack"], rec["state"],
                                  rec.get("win_us") or [0] * len(rec["dt_ns"]))

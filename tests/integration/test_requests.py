@@ -26,7 +26,7 @@ def spans_by_request_id(tables) -> dict:
 
 def samples_with_span(path) -> list:
     out = []
-    iter_samples(str(path), lambda base, dts, ths, sts, states, wins, spans:
+    iter_samples(str(path), lambda base, dts, ths, sts, states, wins, spans, ticks:
                  out.extend(zip(sts, states, spans)), spans=True)
     return out
 

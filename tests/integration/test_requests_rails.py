@@ -143,3 +143,18 @@ def test_io_is_mostly_blocked_and_report_mostly_on_cpu(rails_run):
     # on CPU: running, or ready and waiting for the GVL another request holds (5 threads, one GVL)
     report = rows["ReportsController#show"]
     assert report["running"] + report["gvl"] > 50, text
+
+
+def test_gvl_blame_names_the_report_views_among_who_held_the_gvl_while_io_and_orders_waited(rails_run):
+    _, _, text, _ = rails_run
+    blame = text.split("who held the GVL while each endpoint waited for it", 1)[1]
+    sections = {}
+    for block in blame.split("\n")[1:]:
+        if block and not block.startswith(" ") and ": " in block:
+            current = block.split(":", 1)[0]
+            sections[current] = []
+        elif block.startswith("  ") and sections:
+            sections[current].append(block.strip())
+    for waiter in ("IoController#show", "OrdersController#create"):
+        holders = sections.get(waiter, [])
+        assert any(h.startswith("ReportsController#show ") for h in holders), (waiter, holders)

@@ -15,12 +15,12 @@ from sdb_trace import TraceReader, TraceWriter
 EDGES = [0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1, 2**64 - 1]
 
 
-def python_encoding(t_ns, thread, stack, state, win_us, span) -> bytes:
+def python_encoding(t_ns, thread, stack, state, win_us, span, tick) -> bytes:
     out = io.BytesIO()
     w = TraceWriter(out, {"pid": 1})
     start = out.tell()
     base = t_ns[0]
-    w.samples(base, [t - base for t in t_ns], thread, stack, state, win_us, span)
+    w.samples(base, [t - base for t in t_ns], thread, stack, state, win_us, span, tick)
     return out.getvalue()[start:]
 
 
@@ -37,19 +37,20 @@ def test_sampler_encodes_a_batch_as_trace_writer_does(n):
     state = [rng.choice([0, 1, 2, 3, 255, 256]) for _ in range(n)]
     win_us = [rng.choice([0, 1, 127, 128, 65535, 65536, 2**32 - 1]) for _ in range(n)]
     span = [rng.choice(EDGES) for _ in range(n)]
+    tick = [rng.choice(EDGES) for _ in range(n)]
     # WHEN the sampler's C encoder writes them
-    got = _sampler.encode_samples_for_test(t_ns, thread, stack, state, win_us, span)
+    got = _sampler.encode_samples_for_test(t_ns, thread, stack, state, win_us, span, tick)
     # THEN the bytes are msgpack's own, and the record reads back with the same values
-    assert got == python_encoding(t_ns, thread, stack, state, win_us, span)
+    assert got == python_encoding(t_ns, thread, stack, state, win_us, span, tick)
     rec = msgpack.unpackb(got)
     assert rec["t"] == "samples" and rec["base_ns"] == base
     assert [rec["base_ns"] + d for d in rec["dt_ns"]] == t_ns
-    assert (rec["thread"], rec["stack"], rec["state"], rec["win_us"], rec["span"]) == (thread, stack, state, win_us,
-                                                                                      span)
+    assert (rec["thread"], rec["stack"], rec["state"], rec["win_us"], rec["span"], rec["tick"]) == \
+        (thread, stack, state, win_us, span, tick)
 
 
 def test_an_empty_batch_writes_no_record():
-    assert _sampler.encode_samples_for_test([], [], [], [], [], []) is None
+    assert _sampler.encode_samples_for_test([], [], [], [], [], [], []) is None
 
 
 def test_encoded_record_reads_back_through_the_trace_reader(tmp_path):
@@ -58,7 +59,7 @@ def test_encoded_record_reads_back_through_the_trace_reader(tmp_path):
     with open(path, "wb") as f:
         w = TraceWriter(f, {"pid": 1, "rate_hz": 1000})
         w.stacks(0, [[]])
-        w.encoded(_sampler.encode_samples_for_test([5, 7], [1, 1], [0, 0], [0, 1], [3, 0], [0, 9]))
+        w.encoded(_sampler.encode_samples_for_test([5, 7], [1, 1], [0, 0], [0, 1], [3, 0], [0, 9], [4, 4]))
         w.end(samples=2)
     # WHEN it is read THEN the samples are there, as written
     with TraceReader(str(path)) as r:

@@ -46,6 +46,7 @@ class EndpointsReporter(Reporter):
     extension = ".endpoints.txt"
     by_unit = True
     wants_idle = True
+    gvl_blame = True
 
     def __init__(self, header, options):
         super().__init__(header, options)
@@ -53,6 +54,20 @@ class EndpointsReporter(Reporter):
         self.leaves: Dict[str, Dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
         self.spans: Dict[int, dict] = {}
         self.end: Optional[dict] = None
+        # GVL blame: waiting endpoint -> holder's endpoint (None: no single holder seen) -> samples,
+        # and -> holder's endpoint -> its innermost frame -> samples
+        self.blame: Dict[str, Counter] = defaultdict(Counter)
+        self.blame_leaves: Dict[str, Dict[Optional[str], Counter]] = defaultdict(lambda: defaultdict(Counter))
+
+    def add_blame(self, unit, holder_stack, holder_unit) -> None:
+        name = endpoint_name(unit)
+        if holder_stack is None:
+            self.blame[name][None] += 1
+            return
+        holder = endpoint_name(holder_unit)
+        self.blame[name][holder] += 1
+        leaf = holder_stack.frames[-1].label if holder_stack.frames else "(empty stack)"
+        self.blame_leaves[name][holder][leaf] += 1
 
     def add(self, thread, stack, state, t_ns, count) -> None:
         self.add_unit(thread, stack, state, t_ns, count, None)
@@ -113,6 +128,22 @@ class EndpointsReporter(Reporter):
                 tops = self.leaves[n][w].most_common(TOP_FRAMES)
                 frames = ", ".join(f"{printable(label)} {100.0 * k / ns:.1f}%" for label, k in tops)
                 out.write(f"  {w:<9} {100.0 * c[w] / ns:5.1f}%  {frames}\n")
+        if any(n != NO_UNIT for n in self.blame):
+            out.write("\nwho held the GVL while each endpoint waited for it (the one thread the same tick saw "
+                      "running Ruby), with its innermost frames:\n")
+            for n in names:
+                c = self.blame.get(n)
+                if not c or n == NO_UNIT:
+                    continue
+                waited = sum(c.values())
+                out.write(f"{printable(n)}: {waited:,} samples waiting for the GVL\n")
+                for holder, k in sorted(c.items(), key=lambda kv: (-kv[1], kv[0] or "")):
+                    if holder is None:
+                        out.write(f"  {'(no single running thread seen)':<40} {100.0 * k / waited:5.1f}%\n")
+                        continue
+                    tops = self.blame_leaves[n][holder].most_common(TOP_FRAMES)
+                    frames = ", ".join(f"{printable(label)} {100.0 * m / waited:.1f}%" for label, m in tops)
+                    out.write(f"  {printable(holder)[:40]:<40} {100.0 * k / waited:5.1f}%  {frames}\n")
         e = self.end or {}
         notes = []
         if e.get("span_unsure"):
