@@ -1656,7 +1656,7 @@ cdef class Sampler:
         frame the thread left, still in memory above a Ruby frame it entered since, sits where its
         old caller's sp was: it fails this unless the new frame has the same sp there. 1 when the
         link holds or cannot be checked (no such field in the row, a block or other frame, a C
-        caller: checked by FINISH), or the frame is deeper than LINK_DEPTH from the leaf (a frame
+        caller: checked by FINISH, an env moved to the heap), or the frame is deeper than LINK_DEPTH from the leaf (a frame
         is left behind by a return and a call within the microseconds of a copy: near the leaf;
         this bounds the cost on deep stacks). The caller's sp in memory can lag what it runs (the
         interpreter may keep it in a register between calls): a live frame's own link is always
@@ -1664,7 +1664,7 @@ cdef class Sampler:
         cdef IseqEnt *e
         cdef IseqEnt *pe
         cdef RawFrame *p
-        cdef uint64_t psp
+        cdef uint64_t psp, vm_stack
         # (0: an older gem's file, where these were reserved and zero)
         if self.L.body_local_table_size == LAYOUT_NA or self.L.body_local_table_size == 0 \
                 or self.L.cfp_sp == LAYOUT_NA or self.L.cfp_sp == 0 or j + 1 >= job.nf \
@@ -1678,6 +1678,13 @@ cdef class Sampler:
                     or not self.iseq_lookup(r.iseq, &e):
                 return 0
         if e.type != ISEQ_TYPE_METHOD or e.locals >= 65536:
+            return 1
+        # an env Ruby moved to the heap (a block of the method became a Proc: vm_make_env_each sets
+        # cfp->ep to the copy) has no place relative to the caller's sp: nothing to check. Sidekiq's
+        # Processor#dispatch is one (its blocks go to methods taking &block): every read of a job's
+        # stack was dropped before this
+        vm_stack = u64_at(job.hdr, self.L.ec_vm_stack)
+        if r.ep < vm_stack or r.ep >= vm_stack + u64_at(job.hdr, self.L.ec_vm_stack_size) * 8:
             return 1
         # the caller a method or a block (an eval's or a class body's sp may lie elsewhere: the
         # binding's env); known from this or an earlier read, else not checked

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "sdb"
+
 module Sdb
   # Rack middleware: every request is one unit of work (a span) of this thread, from the moment
   # the request reaches it to the moment the response is returned (a streamed body's iteration

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "sdb"
+
 module Sdb
   # Sidekiq server middleware: every job is one unit of work named after its class (an
   # ActiveJob's own class when Sidekiq wraps it), with its jid as the request id; status 0 when
