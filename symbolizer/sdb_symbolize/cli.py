@@ -157,6 +157,8 @@ def run(args) -> int:
     reporter.ticks = tables.end.get("ticks") if tables.end else None
     reporter.spans = tables.spans
     reporter.end = tables.end
+    if getattr(reporter, "units_if_any", False) and tables.spans:
+        reporter.by_unit = True         # its samples carry their unit of work (pprof's labels)
     try:
         samples = SamplePass(args.trace, tables, Options.from_args(args))
     except FilterError as e:

@@ -200,3 +200,25 @@ def test_a_plain_rack_app_under_puma_has_every_request_and_its_labels_samples(tm
     # (config.ru's methods are singleton methods of puma's Rack::Builder: Ruby names them so)
     report_block = r.stdout.split("\nGET /report\n", 1)[1].splitlines()
     assert report_block[0].lstrip().startswith("running") and ".burn" in report_block[0]
+
+
+@pytest.mark.once
+def test_pprof_samples_carry_their_endpoint_and_request_id_as_labels(labelled, tmp_path):
+    """Read by pprof-format (npm), a decoder sdb did not write: every sample taken inside a label
+    has its endpoint and request id as labels, and the CPU label's samples are the app's burn."""
+    from test_format_pprof_decoder import DECODE, PPROF_FORMAT
+    trace, log = labelled
+    out = tmp_path / "p.pb.gz"
+    r = run_symbolize("-f", "pprof", "-o", str(out), str(trace))
+    assert r.returncode == 0, r.stderr
+    d = subprocess.run(["node", "-e", DECODE, str(PPROF_FORMAT), str(out)], capture_output=True, text=True,
+                       timeout=60)
+    assert d.returncode == 0, d.stderr
+    samples = json.loads(d.stdout)["samples"]
+    ids = {u["request_id"]: u["endpoint"] for u in log}
+    labelled_samples = [s for s in samples if "endpoint" in s["labels"]]
+    assert labelled_samples
+    for s in labelled_samples:
+        assert ids[s["labels"]["request_id"]] == s["labels"]["endpoint"]
+    cpu = [s for s in labelled_samples if s["labels"]["endpoint"] == "Cpu#work"]
+    assert sum(s["value"][0] for s in cpu if s["frames"][0][0] == "Object#burn") >= 0.5 * sum(s["value"][0] for s in cpu)

@@ -3,7 +3,9 @@ from __future__ import annotations
 import gzip
 from typing import IO, Dict, Tuple
 
-from ..samples import state_name
+from sdb_trace import SPAN_KINDS
+
+from ..samples import endpoint_name, state_name
 from .base import Reporter
 
 
@@ -11,18 +13,24 @@ class PprofReporter(Reporter):
     """pprof's profile.proto, gzipped (go tool pprof, Grafana Pyroscope, Polar Signals...), built
     with the protobuf classes of sdb_symbolize.pprof. Two values per sample: samples/count and
     wall/nanoseconds (count x the tick period); labels "thread_id" (Linux tid), "thread_name",
-    "thread_state" and "pid". One location per (function, line); functions by label and file."""
+    "thread_state" and "pid"; when the trace has requests or jobs, also a sample's unit of work:
+    "endpoint" (a request's or label's) or "job" (a job's class), and "request_id" (a request id or
+    jid, when it has one). One location per (function, line); functions by label and file."""
 
     name = "pprof"
     extension = ".pb.gz"
     binary = True
+    units_if_any = True     # the command sets by_unit when the trace has spans
 
     def __init__(self, header, options):
         super().__init__(header, options)
         self.counts: Dict[Tuple, int] = {}
 
     def add(self, thread, stack, state, t_ns, count) -> None:
-        key = (thread, stack, state)
+        self.add_unit(thread, stack, state, t_ns, count, None)
+
+    def add_unit(self, thread, stack, state, t_ns, count, unit) -> None:
+        key = (thread, stack, state, unit["span"] if unit is not None else 0)
         self.counts[key] = self.counts.get(key, 0) + count
 
     def build(self):
@@ -50,8 +58,10 @@ class PprofReporter(Reporter):
         stack_locs: Dict[object, list] = {}
         k_tid, k_name, k_state, k_pid = s("thread_id"), s("thread_name"), s("thread_state"), s("pid")
         pid = h.get("pid", 0)
-        for (thread, stack, state), n in sorted(self.counts.items(),
-                                                key=lambda kv: (kv[0][0].serial, kv[0][1].id, kv[0][2])):
+        spans = getattr(self, "spans", None) or {}
+        for (thread, stack, state, unit), n in sorted(self.counts.items(),
+                                                      key=lambda kv: (kv[0][0].serial, kv[0][1].id, kv[0][2],
+                                                                      kv[0][3])):
             locs = stack_locs.get(stack)
             if locs is None:
                 locs = []
@@ -83,6 +93,13 @@ class PprofReporter(Reporter):
                     label.num = num or 0
                 else:
                     label.str = s(text)
+            u = spans.get(unit) if unit else None
+            if u is not None:
+                kind = "job" if SPAN_KINDS.get(u["kind"]) == "job" else "endpoint"
+                for key, text in ((kind, endpoint_name(u)), ("request_id", u["request_id"])):
+                    if text:
+                        label = sample.label.add()
+                        label.key, label.str = s(key), s(text)
         if self.end_ns and h.get("start_mono_ns"):
             p.duration_nanos = max(self.end_ns - h["start_mono_ns"], 0)
         return p
