@@ -15,6 +15,7 @@ from sdb_trace.output import open_output, printable
 from . import __version__
 from .labels import LABEL_CONVENTIONS, LABELS_SDB
 from .reporters import REPORTERS
+from .reporters.compare_slow import CompareSlowReporter
 from .samples import FilterError, Options, Progress, SamplePass
 
 
@@ -56,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slower-than", dest="slower_than_ms", type=duration_ms, metavar="TIME",
                    help="only samples of requests and jobs that took at least this long: `200ms`, `1.5s`, or "
                         "milliseconds (slow-request profiles)")
+    p.add_argument("--compare-slow", action="store_true",
+                   help="with --endpoint and --slower-than: the endpoint's slow requests and its fast ones side by "
+                        "side (each function's share of either's samples), instead of a --format")
     p.add_argument("--no-lines", dest="lines", action="store_false",
                    help="aggregate by function: frames without their line")
     p.add_argument("--labels", choices=LABEL_CONVENTIONS, default=LABELS_SDB,
@@ -151,8 +155,11 @@ def _code(e: TraceError) -> int:
 def run(args) -> int:
     if not os.path.isfile(args.trace):
         raise TraceError(f"{args.trace}: no such file")
+    if args.compare_slow and (not args.endpoint or args.slower_than_ms is None):
+        sys.stderr.write("sdb-symbolize: error: --compare-slow needs --endpoint NAME and --slower-than TIME\n")
+        return Exit.USAGE
     tables = load_tables(args.trace)
-    reporter = REPORTERS[args.format](tables.header, args)
+    reporter = (CompareSlowReporter if args.compare_slow else REPORTERS[args.format])(tables.header, args)
     reporter.end_ns = tables.end.get("at_ns") if tables.end else None
     reporter.ticks = tables.end.get("ticks") if tables.end else None
     reporter.spans = tables.spans

@@ -65,10 +65,11 @@ class Options:
     def __init__(self, threads: Iterable[str] = (), from_s: Optional[float] = None, to_s: Optional[float] = None,
                  idle: bool = False, states: bool = False, lines: bool = True, labels: str = LABELS_SDB,
                  json_frames: bool = False, endpoints: Iterable[str] = (), by: Optional[str] = None,
-                 slower_than_ms: Optional[float] = None):
+                 slower_than_ms: Optional[float] = None, compare_slow: bool = False):
         self.endpoints = list(endpoints or ())  # only samples of these endpoints' requests/jobs
         self.by = by                            # "endpoint": each sample's endpoint as its root frame
         self.slower_than_ms = slower_than_ms    # only samples of requests/jobs that took at least this
+        self.compare_slow = compare_slow        # ... unless slow and fast are compared (the reporter splits)
         self.threads = list(threads or ())
         self.json_frames = json_frames  # json: every sample carries its frames (else stacks by id)
         self.labels = labels
@@ -84,7 +85,7 @@ class Options:
                    getattr(args, "idle", False), getattr(args, "states", False), getattr(args, "lines", True),
                    getattr(args, "labels", LABELS_SDB), getattr(args, "json_frames", False),
                    getattr(args, "endpoint", None) or (), getattr(args, "by", None),
-                   getattr(args, "slower_than_ms", None))
+                   getattr(args, "slower_than_ms", None), getattr(args, "compare_slow", False))
 
 
 class Progress:
@@ -187,7 +188,7 @@ class SamplePass:
         o = self.o
         if o.endpoints and (u is None or u["endpoint"] not in o.endpoints):
             return False
-        if o.slower_than_ms is not None:
+        if o.slower_than_ms is not None and not o.compare_slow:
             if u is None or u["begin_ns"] is None or u["end_ns"] is None:
                 return False
             if (u["end_ns"] - u["begin_ns"]) < o.slower_than_ms * 1e6:
