@@ -110,10 +110,9 @@ def test_every_request_the_app_served_is_a_span_of_its_action_and_no_other(rails
         assert abs(int(row[2]) - counts[action]) <= 0.05 * counts[action], (action, row, counts[action])
 
 
-def test_each_requests_span_holds_the_apps_own_timing_of_it(rails_run):
+def test_each_requests_span_holds_the_apps_own_timing_of_it_and_p99s_agree_within_10_percent(rails_run):
     """sdb's middleware is first in the stack, the app's log right inside it: each span begins before
-    the app's clock read and ends after its second one (one clock, CLOCK_MONOTONIC). How close the
-    two are is measured in benchmarks/ (a CPU hog can put a GVL wait between them), not here."""
+    the app's clock read and ends after its second one (one clock, CLOCK_MONOTONIC)."""
     t, window, _, _ = rails_run
     by_id = {sp["request_id"]: sp for sp in t.spans.values() if sp["kind"] == 1 and sp["request_id"]}
     for action in MIX:
@@ -129,6 +128,10 @@ def test_each_requests_span_holds_the_apps_own_timing_of_it(rails_run):
             mine.append((sp["end_ns"] - sp["begin_ns"]) / 1e6)
             apps.append(r["ms"])
         assert p99(mine) >= p99(apps)
+        # and the p99s agree within 10% (measured: within 0.1%): the two clock reads of a request
+        # are a few microseconds of Ruby apart; only a preemption inside them for its slowest
+        # requests could part them
+        assert p99(mine) <= 1.10 * p99(apps), (action, p99(mine), p99(apps))
 
 
 def test_io_is_mostly_blocked_and_report_mostly_on_cpu(rails_run):
