@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import signal
-import socket
 import subprocess
 import threading
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from conftest import (PROGRAMS, SDB_RUBY, SIDECAR, REPO, ruby_cmd, ruby_env, run_symbolize, samples_so_far,
-                      wait_for)
+from app_servers import debian_gems_env, free_port, listening, recording, stop
+from conftest import PROGRAMS, REPO, SDB_RUBY, SIDECAR, ruby_cmd, ruby_env, run_symbolize, wait_for
 from sdb_trace import iter_samples, load_tables
 
 
@@ -104,69 +100,39 @@ def test_endpoint_filter_and_grouping_keep_only_that_endpoints_samples(labelled)
     assert r.returncode == 2 and "Cpu#work" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.once
 def test_a_plain_rack_app_under_puma_has_every_request_and_its_labels_samples(tmp_path):
     """Debian's puma and rack (Debian's Ruby): the middleware and Sdb.label in a real server, its
     requests served by four puma threads at once."""
     port, log = free_port(), tmp_path / "app.log"
-    env = ruby_env(extra={"SDB_TEST_LOG": str(log)})
-    # the gem's GEM_HOME, and Debian's own gem directories (puma, rack)
-    debian = subprocess.run([SDB_RUBY, "-e", "print Gem.default_path.join(':')"], capture_output=True, text=True,
-                            env=ruby_env(with_gem=False)).stdout
-    env["GEM_PATH"] = f"{env.get('GEM_PATH', '')}:{debian}"
+    env = debian_gems_env({"SDB_TEST_LOG": str(log)})
     with open(tmp_path / "puma.err", "w") as err:
         puma = subprocess.Popen([SDB_RUBY, "-rsdb", "/usr/bin/puma", "-b", f"tcp://127.0.0.1:{port}", "-t", "4:4",
                                  str(PROGRAMS / "rack_app.ru")], stdout=subprocess.DEVNULL, stderr=err, env=env,
                                 cwd=str(tmp_path))
     trace = tmp_path / "t.msgpack"
-    sidecar = None
     try:
-        def up() -> bool:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return True
-            except OSError:
-                return False
-        wait_for(up, 30, what="puma listening")
-        sidecar = subprocess.Popen([*SIDECAR, "attach", "--pid", str(puma.pid), "-o", str(trace), "--quiet"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
-        wait_for(lambda: trace.exists() and samples_so_far(trace) > 0, 60, what="first samples")
+        wait_for(lambda: listening(port), 30, what="puma listening")
+        with recording(puma.pid, trace):
+            errors = []
 
-        errors = []
-
-        def client(k: int) -> None:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-            for i in range(40):
-                path = ("/cpu", "/io", "/report", "/missing")[(i + k) % 4]
-                try:
-                    conn.request("GET", path, headers={"X-Request-Id": f"c{k}-{i}"})
-                    conn.getresponse().read()
-                except OSError as e:
-                    errors.append(e)
-        clients = [threading.Thread(target=client, args=(k,)) for k in range(4)]
-        for c in clients:
-            c.start()
-        for c in clients:
-            c.join()
-        assert not errors
-        sidecar.send_signal(signal.SIGINT)
-        out, err_text = sidecar.communicate(timeout=60)
-        assert sidecar.returncode == 0, err_text
+            def client(k: int) -> None:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                for i in range(40):
+                    path = ("/cpu", "/io", "/report", "/missing")[(i + k) % 4]
+                    try:
+                        conn.request("GET", path, headers={"X-Request-Id": f"c{k}-{i}"})
+                        conn.getresponse().read()
+                    except OSError as e:
+                        errors.append(e)
+            clients = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+            for c in clients:
+                c.start()
+            for c in clients:
+                c.join()
+            assert not errors
     finally:
-        if sidecar is not None and sidecar.poll() is None:
-            sidecar.kill()
-        puma.kill()
-        puma.wait(timeout=10)
-        try:
-            os.unlink(f"/dev/shm/sdb-{puma.pid}")
-        except FileNotFoundError:
-            pass
+        stop(puma)
 
     served = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(served) == 160

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
-import socket
 import subprocess
 import urllib.request
 from collections import defaultdict
 
 import pytest
 
-from conftest import REPO, SDB_RUBY, SIDECAR, ruby_env, run_symbolize, samples_so_far, wait_for
+from app_servers import debian_gems_env, free_port, recording, stop
+from conftest import REPO, SDB_RUBY, run_symbolize, wait_for
 from sdb_trace import load_tables
 
 # Debian's Rails and puma load in Debian's Ruby only
@@ -34,19 +32,13 @@ def p99(values):
 def rails_run(tmp_path_factory):
     """The app under wrk for 4 s, recorded by `attach` from before wrk started to after it ended."""
     tmp = tmp_path_factory.mktemp("rails")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     app_log, trace = tmp / "requests.log", tmp / "t.msgpack"
-    env = ruby_env(extra={"APP_PROFILER": "sdb", "APP_DB": str(tmp / "app.sqlite3"), "PORT": str(port),
-                          "APP_THREADS": "5", "APP_REQUEST_LOG": str(app_log)})
-    debian = subprocess.run([SDB_RUBY, "-e", "print Gem.default_path.join(':')"], capture_output=True, text=True,
-                            env=ruby_env(with_gem=False)).stdout
-    env["GEM_PATH"] = f"{env.get('GEM_PATH', '')}:{debian}"
+    env = debian_gems_env({"APP_PROFILER": "sdb", "APP_DB": str(tmp / "app.sqlite3"), "PORT": str(port),
+                           "APP_THREADS": "5", "APP_REQUEST_LOG": str(app_log)})
     with open(tmp / "puma.log", "w") as log:
         server = subprocess.Popen([SDB_RUBY, "-S", "puma", "-C", str(APP / "config" / "puma.rb")], stdout=log,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(APP))
-    sidecar = None
     try:
         def up():
             try:
@@ -56,27 +48,12 @@ def rails_run(tmp_path_factory):
                 return server.poll() is not None    # ended: stop waiting, the assert below says so
         wait_for(up, 120, what="the Rails app up")
         assert server.poll() is None, (tmp / "puma.log").read_text()[-2000:]
-        sidecar = subprocess.Popen([*SIDECAR, "attach", "--pid", str(server.pid), "-o", str(trace), "--quiet"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
-        wait_for(lambda: trace.exists() and samples_so_far(trace) > 0, 60, what="first samples")
-        wrk = subprocess.run(["wrk", "-t1", "-c5", "-d4s", "-s", str(APP / "wrk" / "mix.lua"),
-                              f"http://127.0.0.1:{port}"], capture_output=True, text=True, timeout=120)
-        assert wrk.returncode == 0, wrk.stderr
-        sidecar.send_signal(signal.SIGINT)
-        _, err = sidecar.communicate(timeout=120)
-        assert sidecar.returncode == 0, err
+        with recording(server.pid, trace):
+            wrk = subprocess.run(["wrk", "-t1", "-c5", "-d4s", "-s", str(APP / "wrk" / "mix.lua"),
+                                  f"http://127.0.0.1:{port}"], capture_output=True, text=True, timeout=120)
+            assert wrk.returncode == 0, wrk.stderr
     finally:
-        if sidecar is not None and sidecar.poll() is None:
-            sidecar.kill()
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        try:
-            os.unlink(f"/dev/shm/sdb-{server.pid}")
-        except FileNotFoundError:
-            pass
+        stop(server)    # SIGTERM: the app writes its request log at exit
     t = load_tables(str(trace))
     start, end = t.header["start_mono_ns"], t.end["at_ns"]
     logged = [json.loads(line) for line in app_log.read_text().splitlines()]

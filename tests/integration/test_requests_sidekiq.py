@@ -4,36 +4,18 @@ after its class with its jid, and each class has its own profile."""
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
-import time
 from collections import Counter
 
 import pytest
 
-from conftest import PROGRAMS, REPO, SDB_RUBY, SIDECAR, ruby_env, run_symbolize, samples_so_far, wait_for
+from app_servers import debian_gems_env, free_port, listening, recording, stop
+from conftest import PROGRAMS, SDB_RUBY, run_symbolize, wait_for
 from sdb_trace import load_tables
 
 # Debian's Sidekiq loads in Debian's Ruby only
 pytestmark = pytest.mark.once
 JOBS = 30
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.terminate()
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -43,19 +25,10 @@ def sidekiq_run(tmp_path_factory):
     redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                               "--appendonly", "no", "--dir", str(tmp)], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
-    env = ruby_env(extra={"REDIS_URL": f"redis://127.0.0.1:{port}/0", "SDB_TEST_LOG": str(log)})
-    debian = subprocess.run([SDB_RUBY, "-e", "print Gem.default_path.join(':')"], capture_output=True, text=True,
-                            env=ruby_env(with_gem=False)).stdout
-    env["GEM_PATH"] = f"{env.get('GEM_PATH', '')}:{debian}"
-    server = sidecar = None
+    env = debian_gems_env({"REDIS_URL": f"redis://127.0.0.1:{port}/0", "SDB_TEST_LOG": str(log)})
+    server = None
     try:
-        def redis_up() -> bool:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return True
-            except OSError:
-                return False
-        wait_for(redis_up, 30, what="redis-server listening")
+        wait_for(lambda: listening(port), 30, what="redis-server listening")
         with open(tmp / "sidekiq.log", "w") as out:
             server = subprocess.Popen([SDB_RUBY, "-rsdb", "-S", "sidekiq", "-r", str(PROGRAMS / "sidekiq_jobs.rb"),
                                        "-c", "2", "-t", "5"], stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -63,28 +36,17 @@ def sidekiq_run(tmp_path_factory):
         wait_for(lambda: os.path.exists(f"/dev/shm/sdb-{server.pid}") or server.poll() is not None, 60,
                  what="the Sidekiq server's registry")
         assert server.poll() is None, (tmp / "sidekiq.log").read_text()[-2000:]
-        sidecar = subprocess.Popen([*SIDECAR, "attach", "--pid", str(server.pid), "-o", str(trace), "--quiet"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
-        wait_for(lambda: trace.exists() and samples_so_far(trace) > 0, 60, what="first samples")
-        enqueue = subprocess.run([SDB_RUBY, "-e", f'require "sidekiq"; load {str(PROGRAMS / "sidekiq_jobs.rb")!r}; '
-                                  f'{JOBS}.times {{ CrunchNumbersJob.perform_async(20); '
-                                  f'WaitForPartnerJob.perform_async(20) }}'],
-                                 capture_output=True, text=True, env=env, timeout=60)
-        assert enqueue.returncode == 0, enqueue.stderr
-        wait_for(lambda: log.exists() and len(log.read_text().splitlines()) >= 2 * JOBS, 120,
-                 what="every job done")
-        sidecar.send_signal(signal.SIGINT)
-        _, err = sidecar.communicate(timeout=60)
-        assert sidecar.returncode == 0, err
+        with recording(server.pid, trace):
+            enqueue = subprocess.run([SDB_RUBY, "-e", f'require "sidekiq"; load {str(PROGRAMS / "sidekiq_jobs.rb")!r}; '
+                                      f'{JOBS}.times {{ CrunchNumbersJob.perform_async(20); '
+                                      f'WaitForPartnerJob.perform_async(20) }}'],
+                                     capture_output=True, text=True, env=env, timeout=60)
+            assert enqueue.returncode == 0, enqueue.stderr
+            wait_for(lambda: log.exists() and len(log.read_text().splitlines()) >= 2 * JOBS, 120,
+                     what="every job done")
     finally:
-        if sidecar is not None and sidecar.poll() is None:
-            sidecar.kill()
         if server is not None:
             stop(server)
-            try:
-                os.unlink(f"/dev/shm/sdb-{server.pid}")
-            except FileNotFoundError:
-                pass
         stop(redis)
     done = [line.split() for line in log.read_text().splitlines()]
     return load_tables(str(trace)), done, trace
