@@ -511,7 +511,8 @@ cdef class Registry:
     # the header's geometry, read once: the file is shared with the target, which could change
     # these words at any time; only the copies checked by check() are ever used
     cdef uint32_t slot_count, slot_size, slots_offset
-    cdef uint32_t spans_offset, span_count, strings_offset, strings_size
+    cdef uint32_t spans_offset, strings_offset, strings_size
+    cdef readonly uint32_t span_count   # span ring entries (the header's, read once)
     cdef int checked
 
     def __cinit__(self, str path):

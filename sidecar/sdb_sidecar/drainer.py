@@ -208,7 +208,7 @@ class SpanReader:
         self.writer = writer
         self.start_ns = since_ns or getattr(writer, "start_mono_ns", None) or _sampler.monotonic_ns()
         head = registry.span_head()
-        self.next = max(0, head - 4096)         # what the ring can still hold (SDB_SPAN_EVENTS)
+        self.next = max(0, head - registry.span_count)     # what the ring can still hold
         self.lost = 0                           # events overwritten before they were read
         self.names: dict = {}                   # string id -> str (the table is append-only)
         self.early: dict = {}                   # span -> its begin event, begun before the recording

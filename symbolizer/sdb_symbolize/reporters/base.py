@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import IO, Optional
+from typing import IO, Dict, Optional
 
 from ..samples import Stack, Thread
 
@@ -19,6 +19,8 @@ class Reporter:
     binary = False       # render() writes bytes, not text
     timeline = False     # wants every sample, in time order
     end_ns: Optional[int] = None   # set by the command: when the recording ended (None: cut short)
+    end: Optional[dict] = None     # set by the command: the trace's end record (None: cut short)
+    spans: Dict[int, dict] = {}    # set by the command: the trace's units of work (Tables.spans)
     ticks: Optional[int] = None    # set by the command: the sampler's ticks (None: cut short)
 
     def __init__(self, header: dict, options):

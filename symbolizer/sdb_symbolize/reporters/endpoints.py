@@ -52,8 +52,6 @@ class EndpointsReporter(Reporter):
         super().__init__(header, options)
         self.samples: Dict[str, Counter] = defaultdict(Counter)            # endpoint -> where -> samples
         self.leaves: Dict[str, Dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
-        self.spans: Dict[int, dict] = {}
-        self.end: Optional[dict] = None
         # GVL blame: waiting endpoint -> holder's endpoint (None: no single holder seen) -> samples,
         # and -> holder's endpoint -> its innermost frame -> samples
         self.blame: Dict[str, Counter] = defaultdict(Counter)

@@ -58,7 +58,7 @@ class PprofReporter(Reporter):
         stack_locs: Dict[object, list] = {}
         k_tid, k_name, k_state, k_pid = s("thread_id"), s("thread_name"), s("thread_state"), s("pid")
         pid = h.get("pid", 0)
-        spans = getattr(self, "spans", None) or {}
+        spans = self.spans
         for (thread, stack, state, unit), n in sorted(self.counts.items(),
                                                       key=lambda kv: (kv[0][0].serial, kv[0][1].id, kv[0][2],
                                                                       kv[0][3])):
