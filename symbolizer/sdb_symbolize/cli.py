@@ -51,9 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--endpoint", action="append", metavar="NAME",
                    help="only samples of requests and jobs of this endpoint (`ProductsController#index`, a job "
                         "class, an Sdb.label endpoint; repeatable): see the `endpoints` format for the names")
-    p.add_argument("--by", choices=["endpoint"],
-                   help="group by endpoint: each sample's endpoint as its root frame (`[ProductsController#index]`, "
-                        "`(no request or job)` for samples outside any)")
+    p.add_argument("--by", choices=["endpoint", "request"],
+                   help="group by endpoint or by request/job: each sample's endpoint (`[ProductsController#index]`) "
+                        "or request (`[ProductsController#index <request id>]`) as its root frame, `(no request or "
+                        "job)` for samples outside any; speedscope: a profile for each instead")
     p.add_argument("--slower-than", dest="slower_than_ms", type=duration_ms, metavar="TIME",
                    help="only samples of requests and jobs that took at least this long: `200ms`, `1.5s`, or "
                         "milliseconds (slow-request profiles)")
@@ -171,6 +172,8 @@ def run(args) -> int:
     except FilterError as e:
         sys.stderr.write(f"sdb-symbolize: error: {printable(e)}\n")     # it may list thread names
         return Exit.USAGE
+    reporter.shown_spans = samples.spans_shown()
+    reporter.thread_of = samples.thread
     output = None
     if args.output != "-":
         try:

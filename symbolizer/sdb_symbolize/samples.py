@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from typing import Dict, FrozenSet, Iterable, Optional, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from sdb_trace import STATE_BLOCKED, STATE_GVL_WAIT, STATE_NAMES, STATE_RUNNING, STATE_UNKNOWN, Tables, iter_samples
 
@@ -67,7 +67,8 @@ class Options:
                  json_frames: bool = False, endpoints: Iterable[str] = (), by: Optional[str] = None,
                  slower_than_ms: Optional[float] = None, compare_slow: bool = False):
         self.endpoints = list(endpoints or ())  # only samples of these endpoints' requests/jobs
-        self.by = by                            # "endpoint": each sample's endpoint as its root frame
+        self.by = by                            # "endpoint"/"request": each sample's unit of work as its root
+                                                # frame (speedscope: a profile per endpoint or request)
         self.slower_than_ms = slower_than_ms    # only samples of requests/jobs that took at least this
         self.compare_slow = compare_slow        # ... unless slow and fast are compared (the reporter splits)
         self.threads = list(threads or ())
@@ -196,10 +197,28 @@ class SamplePass:
         return True
 
     def unit_stack(self, stack: Stack, u: Optional[dict]) -> Stack:
-        """--by endpoint: the stack under a root frame naming its endpoint."""
-        if self.o.by != "endpoint":
-            return stack
-        return self.intern((endpoint_frame(u),) + stack.frames)
+        """--by endpoint / --by request: the stack under a root frame naming its endpoint (and
+        request)."""
+        if self.o.by == "endpoint":
+            return self.intern((endpoint_frame(u),) + stack.frames)
+        if self.o.by == "request":
+            return self.intern((request_frame(u),) + stack.frames)
+        return stack
+
+    def spans_shown(self) -> List[dict]:
+        """The units of work (outermost spans) the filters keep, with the spans inside them, on the
+        threads the filters keep, in the order they began: what a timeline shows as markers."""
+        shown = []
+        for sp in self.t.spans.values():
+            if self.allowed is not None and sp["thread"] not in self.allowed:
+                continue
+            if sp["begin_ns"] is None and sp["end_ns"] is None:
+                continue
+            if not self.unit_kept(self.unit(sp["span"])):
+                continue
+            shown.append(sp)
+        shown.sort(key=lambda sp: (sp["begin_ns"] if sp["begin_ns"] is not None else -1, sp["span"]))
+        return shown
 
     # ------------------------------------------------------------------ filters
     def _thread_filter(self) -> Optional[FrozenSet[int]]:
@@ -367,6 +386,7 @@ class SamplePass:
         timeline = getattr(reporter, "timeline", False)
         by_unit = getattr(reporter, "by_unit", False)
         blame = getattr(reporter, "gvl_blame", False)
+        groups = getattr(reporter, "groups_units", False)    # it groups by unit itself: no root frame
         counts: Counter = Counter()
         thread = self.thread
 
@@ -384,7 +404,9 @@ class SamplePass:
                 if not self.unit_kept(u):
                     continue
                 if timeline:
-                    stack = self.unit_stack(self.stack(sid, st, t, t - win * 1000), u)
+                    stack = self.stack(sid, st, t, t - win * 1000)
+                    if not groups:
+                        stack = self.unit_stack(stack, u)
                     self._hand(reporter, thread(th), stack, st, t, 1, u, by_unit)
                 else:
                     key = self.stack(sid, st, t, t - win * 1000) if sid in self.ambiguous else sid
@@ -394,7 +416,8 @@ class SamplePass:
         for (serial, sid, st, us), n in counts.items():
             stack = sid if isinstance(sid, Stack) else self.stack(sid, st, 0)
             u = self.t.spans.get(us) if us else None
-            self._hand(reporter, thread(serial), self.unit_stack(stack, u), st, None, n, u, by_unit)
+            self._hand(reporter, thread(serial), stack if groups else self.unit_stack(stack, u), st, None, n, u,
+                       by_unit)
 
     def _blame(self, reporter, base, dts, threads, stacks, sts, wins, spans, ticks) -> None:
         """GVL blame: each sample of a thread waiting for the GVL, with the one thread the same tick
@@ -449,6 +472,28 @@ def endpoint_frame(u: Optional[dict]) -> Frame:
     f = _ENDPOINT_FRAMES.get(name)
     if f is None:
         f = _ENDPOINT_FRAMES[name] = Frame(f"[{name}]" if u is not None else name, None, 0)
+    return f
+
+
+_REQUEST_FRAMES: Dict[str, Frame] = {}
+
+
+def unit_label(u: Optional[dict]) -> str:
+    """One unit of work, told apart from the others of its endpoint: `ReportsController#show
+    4f1c...` (its request id or jid), or `... span 17` when the app gave it none."""
+    if u is None:
+        return NO_UNIT
+    rid = u["request_id"]
+    return f"{endpoint_name(u)} {rid}" if rid else f"{endpoint_name(u)} span {u['span']}"
+
+
+def request_frame(u: Optional[dict]) -> Frame:
+    if u is None:
+        return endpoint_frame(None)
+    name = unit_label(u)
+    f = _REQUEST_FRAMES.get(name)
+    if f is None:
+        f = _REQUEST_FRAMES[name] = Frame(f"[{name}]", None, 0)
     return f
 
 

@@ -594,6 +594,8 @@ def _spans(where: str, tables: "Tables", rec: dict) -> None:
                 sp["endpoint"] = endpoint[i]
         elif what[i] == SPAN_END:
             sp.update(end_ns=at_ns[i], status=status[i], request_id=request_id[i])
+            if not sp["thread"]:
+                sp.update(parent=parent[i], thread=thread[i], kind=kind[i])   # began before the trace
             if endpoint[i] is not None:
                 sp["endpoint"] = endpoint[i]     # the end's name is the final one (Rails: the action)
 

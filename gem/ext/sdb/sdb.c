@@ -1590,7 +1590,7 @@ sdb_spans_close(VALUE self, VALUE span, VALUE parent, VALUE endpoint, VALUE requ
     th = sdb_thread_ptr(rb_thread_current());
     s = sdb_slot_of(th);
     if (s && s->span == sp) __atomic_store_n(&s->span, par, __ATOMIC_RELEASE);
-    sdb_span_write(SDB_SPAN_END, 0, sp, 0, 0, sdb_intern(endpoint),
+    sdb_span_write(SDB_SPAN_END, 0, sp, par, s ? s->serial : 0, sdb_intern(endpoint),
                    FIXNUM_P(status) ? (uint32_t)FIX2LONG(status) : 0, request_id);
     return Qnil;
 }

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import IO, Dict, Optional
+from typing import IO, Callable, Dict, List, Optional
 
 from ..samples import Stack, Thread
 
@@ -22,6 +22,8 @@ class Reporter:
     end: Optional[dict] = None     # set by the command: the trace's end record (None: cut short)
     spans: Dict[int, dict] = {}    # set by the command: the trace's units of work (Tables.spans)
     ticks: Optional[int] = None    # set by the command: the sampler's ticks (None: cut short)
+    shown_spans: List[dict] = []   # set by the command: the spans the filters keep, in the order they began
+    thread_of: Optional[Callable[[int], Thread]] = None   # set by the command: a thread serial's Thread
 
     def __init__(self, header: dict, options):
         self.header = header

@@ -3,10 +3,11 @@ from __future__ import annotations
 import json
 from typing import IO, Dict, List
 
-from sdb_trace import STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING, STATE_UNKNOWN
+from sdb_trace import SPAN_KINDS, STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING, STATE_UNKNOWN
 
 from sdb_trace.output import printable_json
 
+from ..samples import endpoint_name
 from .base import Reporter
 from .columns import Column
 
@@ -20,8 +21,30 @@ CATEGORIES = [  # index = category; the first grey one is the default
     {"name": "Waiting for GVL", "color": "orange", "subcategories": ["Other"]},
     {"name": "Blocked", "color": "transparent", "subcategories": ["Other"]},
     {"name": "Unknown state", "color": "darkgrey", "subcategories": ["Other"]},
+    {"name": "Request or job", "color": "blue", "subcategories": ["Other"]},
 ]
 STATE_CATEGORY = {STATE_RUNNING: 1, STATE_GVL_WAIT: 2, STATE_BLOCKED: 3, STATE_UNKNOWN: 4}
+UNIT_CATEGORY = 5
+
+# Requests, jobs and Sdb.label blocks are interval markers on their thread's track, of one marker
+# type (the schema of the format's version 47: fields under "data", each with key, label, format).
+# A unit that began before the recording has only its end (phase INTERVAL_END), one still running
+# when it ended only its start (INTERVAL_START): the viewer draws them to the track's edge.
+UNIT_MARKER = "SdbUnit"
+INTERVAL, INTERVAL_START, INTERVAL_END = 1, 2, 3
+MARKER_SCHEMA = [{
+    "name": UNIT_MARKER,
+    "display": ["marker-chart", "marker-table", "timeline-overview"],
+    "chartLabel": "{marker.data.endpoint}",
+    "tooltipLabel": "{marker.data.kind}: {marker.data.endpoint}",
+    "tableLabel": "{marker.data.kind}: {marker.data.endpoint} {marker.data.request_id}",
+    "data": [
+        {"key": "kind", "label": "Kind", "format": "string", "searchable": True},
+        {"key": "endpoint", "label": "Endpoint", "format": "string", "searchable": True},
+        {"key": "request_id", "label": "Request or job id", "format": "string", "searchable": True},
+        {"key": "status", "label": "Status", "format": "integer"},
+    ],
+}]
 
 
 class _Thread:
@@ -41,6 +64,7 @@ class _Thread:
         self.frames_of: Dict[int, List[int]] = {}  # Stack.id -> frame indexes, root first
         self.times = Column("d")
         self.stacks = Column("l")
+        self.markers: List[tuple] = []          # (name, start ms, end ms, phase, data)
 
     def s(self, text: str) -> int:
         i = self.string_ids.get(text)
@@ -89,7 +113,8 @@ class _Thread:
 class FirefoxReporter(Reporter):
     """The Firefox Profiler's processed profile (profiler.firefox.com, "Load a profile from file"):
     one track per thread, samples in time order, thread states as categories (Running, Waiting
-    for GVL, Blocked, Unknown state), frames with their file and line."""
+    for GVL, Blocked, Unknown state), frames with their file and line; each request, job and
+    Sdb.label block a marker on its thread's track (Marker Chart, Marker Table)."""
 
     name = "firefox"
     extension = ".firefox.json"
@@ -116,6 +141,27 @@ class FirefoxReporter(Reporter):
     def _ms(self, ns):
         return None if ns is None else max((ns - self.start_ns) / 1e6, 0.0)
 
+    def mark_units(self) -> None:
+        """The spans the filters keep, as markers on their threads' tracks (a track is made for a
+        thread whose samples were all left out, so its requests still show)."""
+        if self.thread_of is None:
+            return
+        for sp in self.shown_spans:
+            t = self.thread_of(sp["thread"])
+            th = self.threads.get(t)
+            if th is None:
+                th = self.threads[t] = _Thread(t)
+            begin, end = self._ms(sp["begin_ns"]), self._ms(sp["end_ns"])
+            phase = INTERVAL if begin is not None and end is not None else \
+                INTERVAL_START if begin is not None else INTERVAL_END
+            name = endpoint_name(sp)
+            data = {"type": UNIT_MARKER, "kind": SPAN_KINDS.get(sp["kind"], "unit"), "endpoint": name}
+            if sp["request_id"]:
+                data["request_id"] = sp["request_id"]
+            if sp["end_ns"] is not None:
+                data["status"] = sp["status"]
+            th.markers.append((th.s(name), begin, end, phase, data))
+
     def thread_json(self, th: _Thread, pid: str, end_ms: float, process_name: str) -> dict:
         t = th.thread
         n_f, n_fr, n_st = len(th.funcs), len(th.frames), len(th.stack_rows)
@@ -125,8 +171,10 @@ class FirefoxReporter(Reporter):
             "unregisterTime": self._ms(t.end_ns), "pausedRanges": [], "name": t.label,
             "isMainThread": t.main, "pid": pid, "tid": t.tid,
             "samples": None,    # written by write_samples, in chunks
-            "markers": {"data": [], "name": [], "startTime": [], "endTime": [], "phase": [], "category": [],
-                        "length": 0},
+            "markers": {"data": [m[4] for m in th.markers], "name": [m[0] for m in th.markers],
+                        "startTime": [m[1] for m in th.markers], "endTime": [m[2] for m in th.markers],
+                        "phase": [m[3] for m in th.markers], "category": [UNIT_CATEGORY] * len(th.markers),
+                        "length": len(th.markers)},
             "stackTable": {"frame": [r[1] for r in th.stack_rows], "prefix": [r[0] for r in th.stack_rows],
                            "category": [r[2] for r in th.stack_rows], "subcategory": [0] * n_st, "length": n_st},
             "frameTable": {"address": [-1] * n_fr, "inlineDepth": [0] * n_fr, "category": [f[2] for f in th.frames],
@@ -146,7 +194,8 @@ class FirefoxReporter(Reporter):
 
     def render(self, out: IO) -> None:
         h = self.header
-        end_ms = self._ms(self.last_ns) + self.period_ns / 1e6
+        self.mark_units()
+        end_ms = self._ms(max(self.last_ns, self.end_ns or 0)) + self.period_ns / 1e6
         pid = str(h.get("pid", 0))
         process_name = " ".join(h.get("command") or []) or "ruby"
         threads = sorted(self.threads.values(), key=lambda th: (not th.thread.main, th.thread.serial))
@@ -156,7 +205,7 @@ class FirefoxReporter(Reporter):
                 "profilingStartTime": 0, "profilingEndTime": end_ms, "processType": 0,
                 "product": f"Ruby {h.get('ruby', '')} (sdb)", "stackwalk": 0, "debug": False,
                 "version": GECKO_VERSION, "preprocessedProfileVersion": PROCESSED_VERSION, "symbolicated": True,
-                "importedFrom": "sdb", "categories": CATEGORIES, "markerSchema": [],
+                "importedFrom": "sdb", "categories": CATEGORIES, "markerSchema": MARKER_SCHEMA,
                 "sampleUnits": {"time": "ms", "eventDelay": "ms", "threadCPUDelta": "µs"},
                 "usesOnlyOneStackType": True, "sourceCodeIsNotOnSearchfox": True,
                 "initialVisibleThreads": list(range(len(threads))), "keepProfileThreadOrder": True,

@@ -4,17 +4,19 @@ import json
 from typing import IO, Dict, List
 
 from .. import __version__
+from ..samples import NO_UNIT, endpoint_name, unit_label
 from .base import Reporter
 from .columns import Column
 
 
 class _Profile:
-    """One thread's samples in time order; runs of the same stack are merged (weights add up). The
-    run being merged is held in last_sid/last_w until the stack changes."""
-    __slots__ = ("thread", "stacks", "weights", "first_ns", "last_ns", "last_sid", "last_w", "total")
+    """One thread's samples (or one group's: --by) in time order; runs of the same stack are merged
+    (weights add up). The run being merged is held in last_sid/last_w until the stack changes."""
+    __slots__ = ("thread", "unit", "stacks", "weights", "first_ns", "last_ns", "last_sid", "last_w", "total")
 
-    def __init__(self, thread):
+    def __init__(self, thread, unit=None):
         self.thread = thread
+        self.unit = unit
         self.stacks = Column("l")
         self.weights = Column("q")
         self.first_ns = None
@@ -41,7 +43,10 @@ class _Profile:
 class SpeedscopeReporter(Reporter):
     """speedscope's own JSON format (https://www.speedscope.app/file-format-schema.json): one
     "sampled" profile per thread, samples in time order weighted in nanoseconds (each sample
-    weighs one tick period), frames with their file and line."""
+    weighs one tick period), frames with their file and line. With --by endpoint, one profile per
+    endpoint instead (its requests' samples, every thread's, in time order; the largest first);
+    with --by request, one per request or job (in the order they began), named with its endpoint,
+    id, duration and thread. Samples outside any come last, as `(no request or job)`."""
 
     name = "speedscope"
     extension = ".speedscope.json"
@@ -49,6 +54,10 @@ class SpeedscopeReporter(Reporter):
 
     def __init__(self, header, options):
         super().__init__(header, options)
+        self.by = getattr(options, "by", None)
+        if self.by:
+            self.by_unit = True          # samples come with their unit (add_unit) ...
+            self.groups_units = True     # ... and without the root frame other formats get
         self.profiles: Dict[object, _Profile] = {}
         self.frame_ids: Dict[object, int] = {}
         self.frames: List[dict] = []
@@ -71,6 +80,39 @@ class SpeedscopeReporter(Reporter):
             self.stack_frames[stack.id] = ids
         return stack.id
 
+    def add_unit(self, thread, stack, state, t_ns, count, unit) -> None:
+        if unit is None:
+            key = NO_UNIT
+        else:
+            key = endpoint_name(unit) if self.by == "endpoint" else unit["span"]
+        p = self.profiles.get(key)
+        if p is None:
+            p = self.profiles[key] = _Profile(thread, unit)
+            p.first_ns = t_ns
+        p.last_ns = t_ns
+        p.add(self._stack(stack), self.period_ns * count)
+
+    def _profile_name(self, p: _Profile) -> str:
+        if not self.by:
+            return p.thread.label
+        if p.unit is None:
+            return NO_UNIT
+        if self.by == "endpoint":
+            return endpoint_name(p.unit)
+        u = p.unit
+        took = f"{(u['end_ns'] - u['begin_ns']) / 1e6:.1f} ms" if u["begin_ns"] is not None and \
+            u["end_ns"] is not None else "not ended in the recording" if u["end_ns"] is None else "began before"
+        return f"{unit_label(u)} ({took}, {p.thread.label})"
+
+    def _order(self) -> List[_Profile]:
+        ps = list(self.profiles.values())
+        if not self.by:
+            return sorted(ps, key=lambda p: (not p.thread.main, p.thread.serial))
+        if self.by == "endpoint":
+            return sorted(ps, key=lambda p: (p.unit is None, -p.total, endpoint_name(p.unit)))
+        return sorted(ps, key=lambda p: (p.unit is None, (p.unit["begin_ns"] or 0) if p.unit else 0,
+                                         p.unit["span"] if p.unit else 0))
+
     def add(self, thread, stack, state, t_ns, count) -> None:
         p = self.profiles.get(thread)
         if p is None:
@@ -82,7 +124,7 @@ class SpeedscopeReporter(Reporter):
 
     def render(self, out: IO) -> None:
         h = self.header
-        profiles = sorted(self.profiles.values(), key=lambda p: (not p.thread.main, p.thread.serial))
+        profiles = self._order()
         out.write('{"$schema":"https://www.speedscope.app/file-format-schema.json",')
         title = f"sdb: pid {h.get('pid')} {' '.join(h.get('command') or [])}".strip()
         out.write(f'"name":{json.dumps(title)},')
@@ -90,7 +132,7 @@ class SpeedscopeReporter(Reporter):
         out.write('"shared":{"frames":' + json.dumps(self.frames, separators=(",", ":")) + '},"profiles":[')
         for n, p in enumerate(profiles):
             p.flush()
-            out.write(("," if n else "") + '{"type":"sampled","name":' + json.dumps(p.thread.label)
+            out.write(("," if n else "") + '{"type":"sampled","name":' + json.dumps(self._profile_name(p))
                       + f',"unit":"nanoseconds","startValue":0,"endValue":{p.total},"samples":[')
             cache: Dict[int, str] = {}
 
