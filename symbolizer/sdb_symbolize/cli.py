@@ -44,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="put each sample's thread state (running, waiting for GVL, blocked) as its root frame")
     p.add_argument("--thread", action="append", metavar="NAME|ID",
                    help="only this thread: its name, Linux thread id or serial (repeatable)")
+    p.add_argument("--pid", action="append", type=int, metavar="PID",
+                   help="a trace of a process tree: only this process (repeatable); see the `summary` format "
+                        "for the processes")
+    p.add_argument("--merge-processes", action="store_true",
+                   help="a trace of a process tree: the processes' threads side by side, with no process above "
+                        "them (default: each process a root of its own)")
     p.add_argument("--from", dest="from_s", type=float, metavar="SECONDS",
                    help="only samples taken at least this long after the recording started")
     p.add_argument("--to", dest="to_s", type=float, metavar="SECONDS",
@@ -163,15 +169,16 @@ def run(args) -> int:
     reporter = (CompareSlowReporter if args.compare_slow else REPORTERS[args.format])(tables.header, args)
     reporter.end_ns = tables.end.get("at_ns") if tables.end else None
     reporter.ticks = tables.end.get("ticks") if tables.end else None
-    reporter.spans = tables.spans
     reporter.end = tables.end
-    if getattr(reporter, "units_if_any", False) and tables.spans:
-        reporter.by_unit = True         # its samples carry their unit of work (pprof's labels)
     try:
         samples = SamplePass(args.trace, tables, Options.from_args(args))
     except FilterError as e:
         sys.stderr.write(f"sdb-symbolize: error: {printable(e)}\n")     # it may list thread names
         return Exit.USAGE
+    reporter.spans = samples.spans
+    reporter.processes = [c.process for c in samples.ctx.values()]
+    if getattr(reporter, "units_if_any", False) and samples.spans:
+        reporter.by_unit = True         # its samples carry their unit of work (pprof's labels)
     reporter.shown_spans = samples.spans_shown()
     reporter.thread_of = samples.thread
     output = None

@@ -8,9 +8,11 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from itertools import repeat
 from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
-from sdb_trace import STATE_BLOCKED, STATE_GVL_WAIT, STATE_NAMES, STATE_RUNNING, STATE_UNKNOWN, Tables, iter_samples
+from sdb_trace import (PROC_SHIFT, STATE_BLOCKED, STATE_GVL_WAIT, STATE_NAMES, STATE_RUNNING, STATE_UNKNOWN, Tables,
+                       iter_samples)
 
 from .labels import LABELS_SDB
 from .resolve import UNKNOWN_ISEQ_PREFIX, Frame, Resolver, thread_label
@@ -20,19 +22,46 @@ class FilterError(Exception):
     """A filter that matches nothing or makes no sense: one line, exit code 2."""
 
 
-class Thread:
-    """A recorded thread as reporters see it (one object per thread serial)."""
-    __slots__ = ("serial", "tid", "name", "label", "main", "start_ns", "end_ns")
+class Process:
+    """A recorded process as reporters see it (one object per process of the trace)."""
+    __slots__ = ("proc", "pid", "ppid", "command", "label", "start_ns", "end_ns", "end_reason")
 
-    def __init__(self, serial: int, rec: Optional[dict]):
+    TITLE_MAX = 80
+
+    def __init__(self, tables: Tables):
+        p = tables.process or {}
+        end = tables.process_end or {}
+        self.proc = tables.proc
+        self.pid = tables.pid
+        self.ppid = p.get("ppid")
+        self.command = tables.command
+        title = " ".join(self.command)
+        if len(title) > self.TITLE_MAX:
+            title = title[:self.TITLE_MAX - 3] + "..."
+        self.label = f"process {self.pid} ({title})" if title else f"process {self.pid}"
+        self.start_ns = p.get("at_ns")
+        self.end_ns = end.get("at_ns")
+        self.end_reason = end.get("reason")
+
+
+class Thread:
+    """A recorded thread as reporters see it (one object per thread). `serial` is its id in the
+    trace (a thread of process p other than 0: p << PROC_SHIFT | its serial there); `roots`, the
+    frames above its stack in a profile: its label, under its process's when the trace has several
+    processes and they are not merged."""
+    __slots__ = ("serial", "tid", "name", "label", "main", "start_ns", "end_ns", "process", "roots")
+
+    def __init__(self, serial: int, rec: Optional[dict], process: Optional[Process] = None, split: bool = False):
         rec = rec or {}
         self.serial = serial
+        self.process = process
         self.tid = rec.get("tid", 0)
         self.main = bool(rec.get("flags", 0) & 1)
         self.name = rec.get("name") or ("main" if self.main else "")
         self.label = thread_label(rec or None, serial)
         self.start_ns = rec.get("start_ns")
         self.end_ns = rec.get("end_ns")
+        self.roots = (process.label, self.label) if split and process is not None else (self.label,)
 
 
 class Stack:
@@ -65,7 +94,10 @@ class Options:
     def __init__(self, threads: Iterable[str] = (), from_s: Optional[float] = None, to_s: Optional[float] = None,
                  idle: bool = False, states: bool = False, lines: bool = True, labels: str = LABELS_SDB,
                  json_frames: bool = False, endpoints: Iterable[str] = (), by: Optional[str] = None,
-                 slower_than_ms: Optional[float] = None, compare_slow: bool = False):
+                 slower_than_ms: Optional[float] = None, compare_slow: bool = False, pids: Iterable[int] = (),
+                 merge_processes: bool = False):
+        self.pids = list(pids or ())            # only these processes (a trace of a process tree)
+        self.merge_processes = merge_processes  # no process level above the threads of a process tree
         self.endpoints = list(endpoints or ())  # only samples of these endpoints' requests/jobs
         self.by = by                            # "endpoint"/"request": each sample's unit of work as its root
                                                 # frame (speedscope: a profile per endpoint or request)
@@ -86,7 +118,8 @@ class Options:
                    getattr(args, "idle", False), getattr(args, "states", False), getattr(args, "lines", True),
                    getattr(args, "labels", LABELS_SDB), getattr(args, "json_frames", False),
                    getattr(args, "endpoint", None) or (), getattr(args, "by", None),
-                   getattr(args, "slower_than_ms", None), getattr(args, "compare_slow", False))
+                   getattr(args, "slower_than_ms", None), getattr(args, "compare_slow", False),
+                   getattr(args, "pid", None) or (), getattr(args, "merge_processes", False))
 
 
 class Progress:
@@ -127,15 +160,63 @@ class Progress:
             self._drawn = False
 
 
+class _Proc:
+    """One process of the trace in a pass: its tables, the Resolver of its frames, the stacks whose
+    names depend on time, and its named stacks by id."""
+
+    def __init__(self, tables: Tables, labels: str, process: Process):
+        self.t = tables
+        self.proc = tables.proc
+        self.process = process
+        self.base = tables.proc << PROC_SHIFT          # a thread or span serial here -> its id in the trace
+        self.resolver = Resolver(tables, labels)
+        self.by_sid: Dict[Tuple[int, int], Stack] = {}   # (stack id, state or -1) -> Stack, for static stacks
+        self.ambiguous = self._ambiguous_stacks()
+
+    def _ambiguous_stacks(self) -> FrozenSet[int]:
+        """Stack ids whose names depend on time (an address named twice): resolved per sample."""
+        t = self.t
+        if not t.ebpf_pauses and not any(len(v) > 1 for table in (t.iseqs, t.cfuncs) for v in table.values()):
+            return frozenset()                  # no address was ever named twice, no pause: the usual case
+        fids = {fid for fid in range(len(t.frame_kind)) if self.resolver._ambiguous(fid)}
+        if not fids:
+            return frozenset()
+        return frozenset(sid for sid, st in enumerate(t.stacks) if not fids.isdisjoint(st))
+
+
 class SamplePass:
-    """Streams the samples of one trace into one reporter."""
+    """Streams the samples of one trace into one reporter. A trace of a process tree holds several
+    processes, each with its own ids: threads and spans get ids of the trace (Tables.gid), stacks
+    are named by their process's Resolver, and each Thread knows its Process."""
 
     def __init__(self, path: str, tables: Tables, options: Options):
         self.path = path
         self.t = tables
         self.o = options
-        self.resolver = Resolver(tables, options.labels)
-        self.threads: Dict[int, Thread] = {s: Thread(s, th) for s, th in tables.threads.items()}
+        procs = [tables.procs[k] for k in sorted(tables.procs)]
+        self.multi = len(procs) > 1
+        self.processes: Dict[int, Process] = {pt.proc: Process(pt) for pt in procs}
+        if options.pids:
+            known = {pr.pid for pr in self.processes.values()}
+            for pid in options.pids:
+                if pid not in known:
+                    some = ", ".join(str(k) for k in sorted(known))
+                    raise FilterError(f"--pid {pid}: no such process in the trace (processes: {some})")
+            procs = [pt for pt in procs if self.processes[pt.proc].pid in options.pids]
+        self.ctx: Dict[int, _Proc] = {pt.proc: _Proc(pt, options.labels, self.processes[pt.proc]) for pt in procs}
+        split = self.multi and not options.merge_processes
+        self.threads: Dict[int, Thread] = {}
+        self.spans: Dict[int, dict] = {}        # span id in the trace -> its span (ids of the trace inside)
+        for c in self.ctx.values():
+            for s, th in c.t.threads.items():
+                self.threads[c.base | s] = Thread(c.base | s, th, c.process, split)
+            if not c.base:
+                self.spans.update(c.t.spans)
+                continue
+            for sid, sp in c.t.spans.items():
+                self.spans[c.base | sid] = dict(sp, span=c.base | sid, parent=c.base | sp["parent"] if sp["parent"]
+                                                else 0, thread=c.base | sp["thread"] if sp["thread"] else 0)
+        self._split = split
         self.allowed = self._thread_filter()
         start = tables.header.get("start_mono_ns", 0)
         self.lo = start + int(options.from_s * 1e9) if options.from_s is not None else None
@@ -143,14 +224,12 @@ class SamplePass:
         if self.lo is not None and self.hi is not None and self.hi < self.lo:
             raise FilterError(f"--to ({options.to_s} s) is before --from ({options.from_s} s)")
         self._interned: Dict[Tuple[Frame, ...], Stack] = {}
-        self._by_sid: Dict[Tuple[int, int], Stack] = {}   # (stack id, state or -1) -> Stack, for static stacks
         self._state_frames = {st: Frame(f"({name})", None, 0) for st, name in STATE_NAMES.items()}
-        self.ambiguous = self._ambiguous_stacks()
         self.samples_in = 0    # samples read
         self.samples_out = 0   # samples handed over
         self.samples_unnamed = 0  # of those, samples with a frame no name could be proven for
         self._unnamed: Dict[int, bool] = {}     # Stack.id -> it has such a frame
-        self._units: Dict[int, Optional[dict]] = {}     # span serial -> its unit of work (the root span)
+        self._units: Dict[int, Optional[dict]] = {}     # span id -> its unit of work (the root span)
         self._check_endpoints()
 
     # ------------------------------------------------------------------ units of work (spans)
@@ -159,16 +238,16 @@ class SamplePass:
         return bool(o.endpoints or o.by or o.slower_than_ms is not None or getattr(reporter, "by_unit", False))
 
     def unit(self, span: int) -> Optional[dict]:
-        """The unit of work a sample in span `span` belongs to: the outermost span of its chain (a
-        label inside a request belongs to the request); None: none (0, or a span the trace does not
-        describe: its events were lost)."""
+        """The unit of work a sample in span `span` (an id of the trace) belongs to: the outermost
+        span of its chain (a label inside a request belongs to the request); None: none (0, or a
+        span the trace does not describe: its events were lost)."""
         u = self._units.get(span, False)
         if u is not False:
             return u
-        sp = self.t.spans.get(span) if span else None
+        sp = self.spans.get(span) if span else None
         seen = 0
         while sp is not None and sp["parent"] and seen < 64:
-            up = self.t.spans.get(sp["parent"])
+            up = self.spans.get(sp["parent"])
             if up is None:
                 break
             sp, seen = up, seen + 1
@@ -178,7 +257,7 @@ class SamplePass:
     def _check_endpoints(self) -> None:
         if not self.o.endpoints:
             return
-        known = {sp["endpoint"] for sp in self.t.spans.values() if sp["endpoint"] is not None}
+        known = {sp["endpoint"] for sp in self.spans.values() if sp["endpoint"] is not None}
         for e in self.o.endpoints:
             if e not in known:
                 some = ", ".join(sorted(known)[:20]) or "none"
@@ -209,7 +288,9 @@ class SamplePass:
         """The units of work (outermost spans) the filters keep, with the spans inside them, on the
         threads the filters keep, in the order they began: what a timeline shows as markers."""
         shown = []
-        for sp in self.t.spans.values():
+        for sp in self.spans.values():
+            if sp["thread"] not in self.threads and self.multi:
+                continue                        # a process left out by --pid
             if self.allowed is not None and sp["thread"] not in self.allowed:
                 continue
             if sp["begin_ns"] is None and sp["end_ns"] is None:
@@ -225,25 +306,15 @@ class SamplePass:
         if not self.o.threads:
             return None
         chosen = set()
+        names = {c.base | s: th.get("names") or () for c in self.ctx.values() for s, th in c.t.threads.items()}
         for spec in self.o.threads:
             hits = {s for s, th in self.threads.items()
-                    if spec in (th.name, th.label, str(th.tid), str(th.serial))
-                    or spec in (self.t.threads.get(s, {}).get("names") or ())}
+                    if spec in (th.name, th.label, str(th.tid), str(th.serial)) or spec in names.get(s, ())}
             if not hits:
                 known = ", ".join(f"{th.name or '-'} (tid {th.tid})" for th in self.threads.values())
                 raise FilterError(f"--thread {spec}: no such thread in the trace (threads: {known or 'none'})")
             chosen |= hits
         return frozenset(chosen)
-
-    def _ambiguous_stacks(self) -> FrozenSet[int]:
-        """Stack ids whose names depend on time (an address named twice): resolved per sample."""
-        if not self.t.ebpf_pauses and \
-                not any(len(v) > 1 for table in (self.t.iseqs, self.t.cfuncs) for v in table.values()):
-            return frozenset()                  # no address was ever named twice, no pause: the usual case
-        fids = {fid for fid in range(len(self.t.frame_kind)) if self.resolver._ambiguous(fid)}
-        if not fids:
-            return frozenset()
-        return frozenset(sid for sid, st in enumerate(self.t.stacks) if not fids.isdisjoint(st))
 
     # ------------------------------------------------------------------ stacks
     def intern(self, frames: Tuple[Frame, ...]) -> Stack:
@@ -252,22 +323,22 @@ class SamplePass:
             s = self._interned[frames] = Stack(len(self._interned), frames)
         return s
 
-    def _named(self, sid: int, state: int, t_ns: int, lo_ns: Optional[int] = None) -> Stack:
-        frames = self.resolver.stack(sid, t_ns, lo_ns)
+    def _named(self, c: _Proc, sid: int, state: int, t_ns: int, lo_ns: Optional[int] = None) -> Stack:
+        frames = c.resolver.stack(sid, t_ns, lo_ns)
         if not self.o.lines:
             frames = tuple(function_frame(f) for f in frames)
         if self.o.states:
             frames = (self._state_frames.get(state, self._state_frames[STATE_UNKNOWN]),) + frames
         return self.intern(frames)
 
-    def stack(self, sid: int, state: int, t_ns: int, lo_ns: Optional[int] = None) -> Stack:
-        """The named stack of one sample (its frames copied between lo_ns and t_ns)."""
-        if sid in self.ambiguous:
-            return self._named(sid, state, t_ns, lo_ns)
+    def stack(self, c: _Proc, sid: int, state: int, t_ns: int, lo_ns: Optional[int] = None) -> Stack:
+        """The named stack of one sample of process `c` (its frames copied between lo_ns and t_ns)."""
+        if sid in c.ambiguous:
+            return self._named(c, sid, state, t_ns, lo_ns)
         key = (sid, state if self.o.states else -1)
-        s = self._by_sid.get(key)
+        s = c.by_sid.get(key)
         if s is None:
-            s = self._by_sid[key] = self._named(sid, state, t_ns)
+            s = c.by_sid[key] = self._named(c, sid, state, t_ns)
         return s
 
     def has_unnamed(self, stack: Stack) -> bool:
@@ -278,9 +349,11 @@ class SamplePass:
         return u
 
     def thread(self, serial: int) -> Thread:
+        """The Thread of a thread id of the trace (one with no `thread` record gets a bare one)."""
         th = self.threads.get(serial)
         if th is None:
-            th = self.threads[serial] = Thread(serial, None)
+            c = self.ctx.get(serial >> PROC_SHIFT)
+            th = self.threads[serial] = Thread(serial, None, c.process if c else None, self._split)
         return th
 
     def keep(self, serial: int, state: int) -> bool:
@@ -299,14 +372,27 @@ class SamplePass:
         if progress is not None:
             progress.finish()
 
+    def _samples(self, on_batch) -> None:
+        """on_batch(c, base, dts, threads, stacks, states, wins[, spans, ticks]) for each batch of a
+        process the pass keeps."""
+        ctx = self.ctx
+
+        def each(proc, *batch):
+            c = ctx.get(proc)
+            if c is not None:
+                on_batch(c, *batch)
+            else:
+                self.samples_in += len(batch[1])
+        return each
+
     def _aggregate(self, reporter, progress) -> None:
         counts: Counter = Counter()
-        amb, lo, hi = self.ambiguous, self.lo, self.hi
+        lo, hi = self.lo, self.hi
         timed = lo is not None or hi is not None
         lo_v = lo if lo is not None else -1 << 63
         hi_v = hi if hi is not None else 1 << 63
 
-        def on_batch(base, dts, threads, stacks, states, wins):
+        def on_batch(c, base, dts, threads, stacks, states, wins):
             n = len(dts)
             self.samples_in += n
             if progress is not None:
@@ -319,63 +405,63 @@ class SamplePass:
                 if last < lo_v or first > hi_v:
                     return
                 whole = first >= lo_v and last <= hi_v
+            amb = c.ambiguous
             if whole and (not amb or amb.isdisjoint(stacks)):
-                counts.update(zip(threads, stacks, states))   # C loop: the hot path
+                counts.update(zip(repeat(c), threads, stacks, states))   # C loop: the hot path
                 return
             for dt, th, sid, st, win in zip(dts, threads, stacks, states, wins):
                 t = base + dt
                 if t < lo_v or t > hi_v:
                     continue
-                counts[(th, self.stack(sid, st, t, t - win * 1000) if sid in amb else sid, st)] += 1
+                counts[(c, th, self.stack(c, sid, st, t, t - win * 1000) if sid in amb else sid, st)] += 1
 
-        iter_samples(self.path, on_batch, limit=self.t.good_sample_records, windows=True)
-        for (serial, sid, st), n in counts.items():
+        iter_samples(self.path, self._samples(on_batch), limit=self.t.good_sample_records, windows=True, proc=None)
+        for (c, serial, sid, st), n in counts.items():
+            serial |= c.base
             if not self.keep(serial, st):
                 continue
-            stack = sid if isinstance(sid, Stack) else self.stack(sid, st, 0)
+            stack = sid if isinstance(sid, Stack) else self.stack(c, sid, st, 0)
             self.samples_out += n
             if self.has_unnamed(stack):
                 self.samples_unnamed += n
             reporter.add(self.thread(serial), stack, st, None, n)
 
     def _timeline(self, reporter, progress) -> None:
-        amb = self.ambiguous
         lo_v = self.lo if self.lo is not None else -1 << 63
         hi_v = self.hi if self.hi is not None else 1 << 63
         idle, allowed = self.o.idle, self.allowed
         states = self.o.states
-        cache: Dict[Tuple[int, int], Stack] = {}
         add = reporter.add
         thread = self.thread
 
-        def on_batch(base, dts, threads, stacks, sts, wins):
+        def on_batch(c, base, dts, threads, stacks, sts, wins):
             self.samples_in += len(dts)
             if progress is not None:
                 progress.update(len(dts))
             out = 0
+            amb, cache, pbase = c.ambiguous, c.by_sid, c.base
             for dt, th, sid, st, win in zip(dts, threads, stacks, sts, wins):
                 if st == STATE_BLOCKED and not idle:
                     continue
+                th |= pbase
                 if allowed is not None and th not in allowed:
                     continue
                 t = base + dt
                 if t < lo_v or t > hi_v:
                     continue
                 if sid in amb:
-                    stack = self.stack(sid, st, t, t - win * 1000)
+                    stack = self.stack(c, sid, st, t, t - win * 1000)
                 else:
-                    key = (sid, st if states else -1)
-                    stack = cache.get(key)
+                    stack = cache.get((sid, st if states else -1))
                     if stack is None:
-                        stack = cache[key] = self.stack(sid, st, t)
+                        stack = self.stack(c, sid, st, t)
                 add(thread(th), stack, st, t, 1)
                 out += 1
                 if self.has_unnamed(stack):
                     self.samples_unnamed += 1
             self.samples_out += out
 
-        iter_samples(self.path, on_batch, limit=self.t.good_sample_records, windows=True)
-
+        iter_samples(self.path, self._samples(on_batch), limit=self.t.good_sample_records, windows=True, proc=None)
 
     def _by_unit(self, reporter, progress) -> None:
         """Either pass, with each sample's unit of work (its span's outermost span): filtered by
@@ -390,12 +476,16 @@ class SamplePass:
         counts: Counter = Counter()
         thread = self.thread
 
-        def on_batch(base, dts, threads, stacks, sts, wins, spans, ticks):
+        def on_batch(c, base, dts, threads, stacks, sts, wins, spans, ticks):
             self.samples_in += len(dts)
             if progress is not None:
                 progress.update(len(dts))
+            pbase = c.base
+            if pbase:
+                threads = [th | pbase for th in threads]
+                spans = [sp | pbase if sp else 0 for sp in spans]
             if blame:
-                self._blame(reporter, base, dts, threads, stacks, sts, wins, spans, ticks)
+                self._blame(reporter, c, base, dts, threads, stacks, sts, wins, spans, ticks)
             for dt, th, sid, st, win, sp in zip(dts, threads, stacks, sts, wins, spans):
                 t = base + dt
                 if t < lo_v or t > hi_v or not self.keep(th, st):
@@ -404,26 +494,27 @@ class SamplePass:
                 if not self.unit_kept(u):
                     continue
                 if timeline:
-                    stack = self.stack(sid, st, t, t - win * 1000)
+                    stack = self.stack(c, sid, st, t, t - win * 1000)
                     if not groups:
                         stack = self.unit_stack(stack, u)
                     self._hand(reporter, thread(th), stack, st, t, 1, u, by_unit)
                 else:
-                    key = self.stack(sid, st, t, t - win * 1000) if sid in self.ambiguous else sid
-                    counts[(th, key, st, u["span"] if u is not None else 0)] += 1
+                    key = self.stack(c, sid, st, t, t - win * 1000) if sid in c.ambiguous else sid
+                    counts[(c, th, key, st, u["span"] if u is not None else 0)] += 1
 
-        iter_samples(self.path, on_batch, limit=self.t.good_sample_records, spans=True)
-        for (serial, sid, st, us), n in counts.items():
-            stack = sid if isinstance(sid, Stack) else self.stack(sid, st, 0)
-            u = self.t.spans.get(us) if us else None
+        iter_samples(self.path, self._samples(on_batch), limit=self.t.good_sample_records, spans=True, proc=None)
+        for (c, serial, sid, st, us), n in counts.items():
+            stack = sid if isinstance(sid, Stack) else self.stack(c, sid, st, 0)
+            u = self.spans.get(us) if us else None
             self._hand(reporter, thread(serial), stack if groups else self.unit_stack(stack, u), st, None, n, u,
                        by_unit)
 
-    def _blame(self, reporter, base, dts, threads, stacks, sts, wins, spans, ticks) -> None:
+    def _blame(self, reporter, c, base, dts, threads, stacks, sts, wins, spans, ticks) -> None:
         """GVL blame: each sample of a thread waiting for the GVL, with the one thread the same tick
         saw running Ruby (it held the GVL then: one holder at a time), its unit and stack; none when
         the tick saw no running thread or more than one (Ruby 3.1, where states are worked out from
-        the kernel's, can see two: not proof of either). Tick 0 and traces without ticks: no blame."""
+        the kernel's, can see two: not proof of either). Tick 0 and traces without ticks: no blame.
+        A batch is one process's: its ticks, its GVL."""
         i, n = 0, len(dts)
         while i < n:
             j = i
@@ -435,7 +526,7 @@ class SamplePass:
                 held = None
                 if holder is not None:
                     t = base + dts[holder]
-                    held = (self.stack(stacks[holder], STATE_RUNNING, t, t - wins[holder] * 1000),
+                    held = (self.stack(c, stacks[holder], STATE_RUNNING, t, t - wins[holder] * 1000),
                             self.unit(spans[holder]))
                 for k in range(i, j):
                     if sts[k] == STATE_GVL_WAIT:

@@ -17,7 +17,15 @@ import msgpack
 
 __version__ = "0.1.0"   # sdb's version, for every Python package (pyproject.toml reads it here); the gem's is gem/lib/sdb/version.rb
 MAGIC = "sdb-trace"
-VERSION = 1
+VERSION = 2            # 2: several processes in one trace (`process`, `in`, `process_end` records)
+
+# A trace may hold several processes (a process tree: a puma master and its workers). Each has its
+# own ids (thread serials, frame, stack and span ids, addresses); records after an `in` record belong
+# to its process until the next one; before any, to process 0 (the header's). Readers that mix
+# processes give a thread or span of process p the global id `p << PROC_SHIFT | its own id`, which
+# leaves process 0's ids as they are.
+PROC_SHIFT = 32
+PROC_MAX = (1 << 31) - 1
 
 KIND_RUBY = 0
 KIND_CFUNC = 1
@@ -82,6 +90,7 @@ class TraceWriter:
         self._sent = 0                      # bytes handed to the file
         self.written = 0                    # bytes of whole batches written and flushed
         self.failed: Optional[OSError] = None
+        self._proc = 0                      # the process the records written now belong to
         rec = {"t": "header", "magic": MAGIC, "version": VERSION}
         rec.update(header)
         self.start_mono_ns = rec.get("start_mono_ns")
@@ -120,6 +129,30 @@ class TraceWriter:
         except (OSError, AttributeError, ValueError):
             pass                            # a pipe or a device: nothing to cut back
         raise TraceWriteError(e.errno, e.strerror) from None
+
+    def enter(self, proc: int) -> None:
+        """The records written from now on belong to process `proc` (an `in` record when it changes)."""
+        if proc != self._proc:
+            self._write({"t": "in", "proc": proc})
+            self._proc = proc
+
+    def for_process(self, proc: int) -> "ProcessWriter":
+        """A writer whose records all belong to process `proc` (each Drainer of a process tree has one)."""
+        return ProcessWriter(self, proc)
+
+    def process(self, proc: int, pid: int, ppid: int, parent: int, command: List[str], at_ns: int,
+                **extra) -> None:
+        """A process of the trace (process 0's is the header's; it may have one too): what it is, and
+        from when it is recorded. A later one for the same `proc` updates it (a new process title)."""
+        rec = {"t": "process", "proc": proc, "pid": pid, "ppid": ppid, "parent": parent, "command": command,
+               "at_ns": at_ns}
+        rec.update(extra)
+        self._write(rec)
+
+    def process_end(self, proc: int, at_ns: int, reason: str, **counts) -> None:
+        rec = {"t": "process_end", "proc": proc, "at_ns": at_ns, "reason": reason}
+        rec.update(counts)
+        self._write(rec)
 
     def thread(self, serial: int, tid: int, name: str, start_ns: int, flags: int, at_ns: int) -> None:
         self._write({"t": "thread", "serial": serial, "tid": tid, "name": name,
@@ -184,6 +217,7 @@ class TraceWriter:
         self._write({"t": "ebpf_attached", "at_ns": at_ns, "attach": attach})
 
     def end(self, **counts) -> None:
+        self.enter(0)
         rec = {"t": "end"}
         rec.update(counts)
         self._write(rec)
@@ -199,6 +233,28 @@ class TraceWriter:
             self._fail(e)
         self.written = self._sent
 
+
+class ProcessWriter:
+    """The records of one process of a trace, written into the trace's one TraceWriter: each record
+    method enters the process first (TraceWriter.enter). Everything else is the writer's."""
+
+    RECORDS = frozenset(("thread", "thread_end", "frames", "stacks", "samples", "encoded", "iseq", "cfunc",
+                         "method", "spans", "ebpf_pause", "ebpf_resume", "ebpf_attached"))
+
+    def __init__(self, writer: TraceWriter, proc: int):
+        self.writer = writer
+        self.proc = proc
+
+    def __getattr__(self, name):
+        attr = getattr(self.writer, name)
+        if name not in self.RECORDS:
+            return attr
+        proc, enter = self.proc, self.writer.enter
+
+        def write(*args, **kwargs):
+            enter(proc)
+            return attr(*args, **kwargs)
+        return write
 
 
 # ----------------------------------------------------------------- validation
@@ -249,10 +305,14 @@ def _map_or_none(v) -> bool:
     return v is None or type(v) is dict
 
 
+def _proc(v) -> bool:
+    return type(v) is int and 0 <= v <= PROC_MAX
+
+
 _WHAT = {_int: "an integer", _u64: "an unsigned 64-bit integer", _nonneg: "a non-negative integer",
          _number: "a finite number", _rate: "a rate in Hz (0.001 to 1e9)", _str: "a string",
          _str_or_none: "a string or nil", _bool: "a boolean", _str_list: "a list of strings",
-         _map_or_none: "a map or nil"}
+         _map_or_none: "a map or nil", _proc: f"a process index (0 to {PROC_MAX})"}
 
 # record type -> {key: (check, required)}; unknown keys are ignored, unknown record types skipped
 _SCHEMA = {
@@ -260,6 +320,11 @@ _SCHEMA = {
                "ruby": (_str, False), "ruby_description": (_str, False), "layout": (_str, False),
                "rate_hz": (_rate, False), "start_mono_ns": (_int, False), "start_wall_ns": (_int, False),
                "hostname": (_str, False), "sdb_version": (_str, False), "command": (_str_list, False)},
+    "in": {"proc": (_proc, True)},
+    "process": {"proc": (_proc, True), "pid": (_int, False), "ppid": (_int, False), "parent": (_int, False),
+                "command": (_str_list, False), "at_ns": (_int, False), "ns_pid": (_int, False),
+                "ruby": (_str, False), "ruby_description": (_str, False), "layout": (_str, False)},
+    "process_end": {"proc": (_proc, True), "at_ns": (_int, False), "reason": (_str, False)},
     "thread": {"serial": (_int, True), "tid": (_int, False), "name": (_str, True), "start_ns": (_int, False),
                "flags": (_int, False), "at_ns": (_int, False)},
     "thread_end": {"serial": (_int, True), "at_ns": (_int, False)},
@@ -427,9 +492,57 @@ class Tables:
     end: Optional[dict] = None
     ebpf_pauses: List[List[Optional[int]]] = field(default_factory=list)  # [start_ns, end_ns or None]
     spans: Dict[int, dict] = field(default_factory=dict)  # span serial -> its begin and end (Span keys)
-    sample_count: int = 0
-    good_sample_records: int = 0
+    sample_count: int = 0               # the trace's samples, every process's (on process 0's Tables)
+    good_sample_records: int = 0        # its sound sample records, every process's (likewise)
     error: Optional[TraceError] = None  # a Truncated/Corrupt met after the good records
+    proc: int = 0                       # which process of the trace these are (0: the header's)
+    process: Optional[dict] = None      # its `process` record (the latest), None: none written
+    process_end: Optional[dict] = None  # its `process_end` record, None: none (recorded to the end)
+    process_samples: int = 0            # its own samples
+    procs: Dict[int, "Tables"] = field(default_factory=dict)  # process 0's: every process's Tables
+    _cur: Optional["Tables"] = None     # process 0's: the process the records read now belong to
+
+    def __post_init__(self):
+        if self.proc == 0:
+            self.procs[0] = self
+            self._cur = self
+
+    def take(self, rec: dict, where: str) -> "Tables":
+        """Process 0's Tables take in any record but `samples`: an `in`, `process` or `process_end`
+        record here, any other by the Tables of the process it belongs to. Returns that process's
+        Tables (for a samples record: whose it is)."""
+        t = rec["t"]
+        if t == "in":
+            self._cur = self.of_process(rec["proc"])
+        elif t == "process":
+            self.of_process(rec["proc"]).process = rec
+        elif t == "process_end":
+            self.of_process(rec["proc"]).process_end = rec
+        elif t == "end" or t == "header":
+            self.apply(rec, where)          # the trace's own, whichever process came last
+        elif t != "samples":
+            self._cur.apply(rec, where)
+        return self._cur
+
+    def of_process(self, proc: int) -> "Tables":
+        tables = self.procs.get(proc)
+        if tables is None:
+            tables = self.procs[proc] = Tables(header=self.header, proc=proc)
+        return tables
+
+    def gid(self, serial: int) -> int:
+        """A thread or span serial of this process as a global id of the trace (PROC_SHIFT)."""
+        return serial if self.proc == 0 else (self.proc << PROC_SHIFT) | serial
+
+    @property
+    def pid(self) -> int:
+        p = self.process or {}
+        return p.get("pid", self.header.get("pid", 0) if self.proc == 0 else 0)
+
+    @property
+    def command(self) -> List[str]:
+        p = self.process or {}
+        return p.get("command") or (self.header.get("command") or [] if self.proc == 0 else [])
 
     def apply(self, rec: dict, where: str) -> None:
         """Takes in one record other than `samples` (checked: Corrupt names `where`, the trace's
@@ -625,10 +738,13 @@ def load_tables(path: str) -> Tables:
             for rec in reader.records():
                 t = rec["t"]
                 if t == "samples":
-                    tables.sample_count += _check_samples(reader, rec, len(tables.stacks))
+                    cur = tables._cur
+                    n = _check_samples(reader, rec, len(cur.stacks))
+                    cur.process_samples += n
+                    tables.sample_count += n
                     tables.good_sample_records += 1
                 else:
-                    tables.apply(rec, reader.path)
+                    tables.take(rec, reader.path)
         except (Truncated, Corrupt) as e:
             tables.error = e
         except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as e:
@@ -644,28 +760,43 @@ def _insert_symbol(table: Dict[int, List[Symbol]], addr: int, sym: Symbol) -> No
 
 
 def iter_samples(path: str, on_batch: Callable[..., None], limit: Optional[int] = None,
-                 windows: bool = False, spans: bool = False) -> None:
+                 windows: bool = False, spans: bool = False, proc: Optional[int] = 0) -> None:
     """Second pass: calls on_batch(base_ns, dt_ns, thread, stack, state) for each batch, in order;
-    with `windows`, also each sample's copy window in us (`win_us`; 0s for traces without it).
+    with `windows`, also each sample's copy window in us (`win_us`; 0s for traces without it);
+    with `spans`, also its span and its tick (0s for traces without them).
+    `proc`: only the batches of that process (its own thread serials and stack ids; 0: the
+    header's, the only one of most traces); None: every process's, each call with the process
+    first: on_batch(proc, base_ns, ...).
     `limit`: how many sample records to hand over (Tables.good_sample_records: the ones the
-    first pass found sound); stops quietly at the first unreadable record."""
+    first pass found sound, every process's); stops quietly at the first unreadable record."""
     n = 0
+    cur = 0
     with TraceReader(path) as reader:
         try:
             for rec in reader.records():
-                if rec["t"] == "samples":
-                    if limit is not None and n >= limit:
-                        return
-                    n += 1
-                    if spans:
-                        zeros = [0] * len(rec["dt_ns"])
-                        on_batch(rec["base_ns"], rec["dt_ns"], rec["thread"], rec["stack"], rec["state"],
-                                 rec.get("win_us") or zeros, rec.get("span") or zeros, rec.get("tick") or zeros)
-                    elif windows:
-                        on_batch(rec["base_ns"], rec["dt_ns"], rec["thread"], rec["stack"], rec["state"],
-                                 rec.get("win_us") or [0] * len(rec["dt_ns"]))
-                    else:
-                        on_batch(rec["base_ns"], rec["dt_ns"], rec["thread"], rec["stack"], rec["state"])
+                t = rec["t"]
+                if t == "in":
+                    cur = rec["proc"]
+                    continue
+                if t != "samples":
+                    continue
+                if limit is not None and n >= limit:
+                    return
+                n += 1
+                if proc is not None and cur != proc:
+                    continue
+                args = [rec["base_ns"], rec["dt_ns"], rec["thread"], rec["stack"], rec["state"]]
+                if spans or windows:
+                    zeros = None
+                    for key in (("win_us", "span", "tick") if spans else ("win_us",)):
+                        col = rec.get(key)
+                        if not col:
+                            col = zeros = zeros or [0] * len(rec["dt_ns"])
+                        args.append(col)
+                if proc is None:
+                    on_batch(cur, *args)
+                else:
+                    on_batch(*args)
         except (Truncated, Corrupt):
             return
 
@@ -683,7 +814,12 @@ class MemoryTrace(TraceWriter):
         if rec["t"] == "samples":
             self.on_samples(rec)
         else:
-            self.tables.apply(rec, "the sidecar's records")
+            self.tables.take(rec, "the sidecar's records")
+
+    @property
+    def proc(self) -> int:
+        """The process the records written now belong to (an on_samples record's)."""
+        return self.tables._cur.proc
 
     def encoded(self, record: bytes) -> None:
         self._write(msgpack.unpackb(record))

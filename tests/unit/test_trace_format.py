@@ -7,7 +7,7 @@ import os
 import msgpack
 import pytest
 
-from sdb_trace import (KIND_CFUNC, KIND_RUBY, Corrupt, NewerVersion, NotATrace, TraceReader, TraceWriter,
+from sdb_trace import (VERSION, KIND_CFUNC, KIND_RUBY, Corrupt, NewerVersion, NotATrace, TraceReader, TraceWriter,
                        Truncated, iter_samples, load_tables)
 
 pytestmark = pytest.mark.once  # nothing here depends on the Ruby under test
@@ -87,7 +87,7 @@ def test_writer_reader_round_trip_keeps_every_record(tmp_path):
     assert [r["t"] for r in recs] == ["header", "thread", "thread", "iseq", "iseq", "cfunc", "frames", "stacks",
                                       "samples", "thread", "samples", "thread_end", "end"]
     header = recs[0]
-    assert header["magic"] == "sdb-trace" and header["version"] == 1
+    assert header["magic"] == "sdb-trace" and header["version"] == VERSION
     for k, v in HEADER.items():
         assert header[k] == v, k
     assert recs[6]["line"] == [3, 9, 0]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import IO, Callable, Dict, List, Optional
 
-from ..samples import Stack, Thread
+from ..samples import Process, Stack, Thread
 
 
 class Reporter:
@@ -24,6 +24,7 @@ class Reporter:
     ticks: Optional[int] = None    # set by the command: the sampler's ticks (None: cut short)
     shown_spans: List[dict] = []   # set by the command: the spans the filters keep, in the order they began
     thread_of: Optional[Callable[[int], Thread]] = None   # set by the command: a thread serial's Thread
+    processes: List[Process] = []  # set by the command: the processes the filters keep (one for most traces)
 
     def __init__(self, header: dict, options):
         self.header = header

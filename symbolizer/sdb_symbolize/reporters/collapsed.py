@@ -17,7 +17,8 @@ def _clean(name: str) -> str:
 
 class CollapsedReporter(Reporter):
     """`frame;frame;frame count`, root first, one line per distinct stack and thread; the thread is
-    the root frame. Read by flamegraph.pl, speedscope and inferno."""
+    the root frame (under its process in a trace of several). Read by flamegraph.pl, speedscope and
+    inferno."""
 
     name = "collapsed"
     extension = ".collapsed"
@@ -34,7 +35,7 @@ class CollapsedReporter(Reporter):
         # frame names, written one line at a time: deep stacks never sit in memory as text all at once
         merged: Counter = Counter()
         for (thread, stack), n in self.counts.items():
-            merged[(_clean(thread.label), stack)] += n
+            merged[(";".join(_clean(r) for r in thread.roots), stack)] += n
         names: dict = {}
 
         def name(f):

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from typing import IO, Dict, List
 
-from sdb_trace import SPAN_KINDS, STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING, STATE_UNKNOWN
+from sdb_trace import PROC_SHIFT, SPAN_KINDS, STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING, STATE_UNKNOWN
 
 from sdb_trace.output import printable_json
 
@@ -162,12 +162,19 @@ class FirefoxReporter(Reporter):
                 data["status"] = sp["status"]
             th.markers.append((th.s(name), begin, end, phase, data))
 
-    def thread_json(self, th: _Thread, pid: str, end_ms: float, process_name: str) -> dict:
+    def thread_json(self, th: _Thread, end_ms: float) -> dict:
+        """One thread's track; its process is the viewer's group of tracks (pid, name, its end)."""
         t = th.thread
+        pr = t.process
+        h = self.header
+        pid = str(pr.pid if pr is not None else h.get("pid", 0))
+        process_name = " ".join(pr.command if pr is not None else h.get("command") or []) or "ruby"
+        ended = self._ms(pr.end_ns) if pr is not None and pr.end_ns is not None else None
         n_f, n_fr, n_st = len(th.funcs), len(th.frames), len(th.stack_rows)
         return {
-            "processType": "default", "processName": process_name, "processStartupTime": 0,
-            "processShutdownTime": end_ms, "registerTime": self._ms(t.start_ns) or 0,
+            "processType": "default", "processName": process_name,
+            "processStartupTime": self._ms(pr.start_ns) or 0 if pr is not None else 0,
+            "processShutdownTime": ended if ended is not None else end_ms, "registerTime": self._ms(t.start_ns) or 0,
             "unregisterTime": self._ms(t.end_ns), "pausedRanges": [], "name": t.label,
             "isMainThread": t.main, "pid": pid, "tid": t.tid,
             "samples": None,    # written by write_samples, in chunks
@@ -196,9 +203,8 @@ class FirefoxReporter(Reporter):
         h = self.header
         self.mark_units()
         end_ms = self._ms(max(self.last_ns, self.end_ns or 0)) + self.period_ns / 1e6
-        pid = str(h.get("pid", 0))
-        process_name = " ".join(h.get("command") or []) or "ruby"
-        threads = sorted(self.threads.values(), key=lambda th: (not th.thread.main, th.thread.serial))
+        threads = sorted(self.threads.values(), key=lambda th: (th.thread.serial >> PROC_SHIFT, not th.thread.main,
+                                                                th.thread.serial))
         profile = {
             "meta": {
                 "interval": self.period_ns / 1e6, "startTime": h.get("start_wall_ns", 0) / 1e6,
@@ -220,7 +226,7 @@ class FirefoxReporter(Reporter):
         assert head.endswith('"threads":[]}')
         out.write(head[:-2])
         for k, th in enumerate(threads):
-            text = printable_json(json.dumps(self.thread_json(th, pid, end_ms, process_name), separators=(",", ":"),
+            text = printable_json(json.dumps(self.thread_json(th, end_ms), separators=(",", ":"),
                                              ensure_ascii=False))
             before, after = text.split('"samples":null', 1)
             out.write(("," if k else "") + before + '"samples":')

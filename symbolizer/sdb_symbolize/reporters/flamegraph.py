@@ -33,7 +33,7 @@ class FlamegraphReporter(Reporter):
         for (thread, stack), n in self.counts.items():
             root["total"] += n
             node = root
-            for name, loc in [(thread.label, "")] + [(f.label, f"{f.path}:{f.line}" if f.path and f.line else
+            for name, loc in [(r, "") for r in thread.roots] + [(f.label, f"{f.path}:{f.line}" if f.path and f.line else
                                                      (f.path or "")) for f in stack.frames]:
                 key = (name, loc)
                 kid = node["kids"].get(key)

@@ -51,7 +51,8 @@ class JsonReporter(Reporter):
         th = self._threads.get(thread)
         if th is None:
             th = self._threads[thread] = (f'"thread":{json.dumps(thread.label)},"tid":{thread.tid},'
-                                          f'"thread_name":{json.dumps(thread.name)}')
+                                          f'"thread_name":{json.dumps(thread.name)}'
+                                          + (f',"pid":{thread.process.pid}' if len(self.processes) > 1 else ""))
         ref = self._stack_ref(stack)
         line = (f'{{"t":{(t_ns - self.start_ns) / 1e9:.6f},"t_ns":{t_ns},{th},"state":"{state_name(state)}",'
                 f'{ref}}}\n')

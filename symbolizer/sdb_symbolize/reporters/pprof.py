@@ -57,7 +57,7 @@ class PprofReporter(Reporter):
         locations: Dict[Tuple, int] = {}
         stack_locs: Dict[object, list] = {}
         k_tid, k_name, k_state, k_pid = s("thread_id"), s("thread_name"), s("thread_state"), s("pid")
-        pid = h.get("pid", 0)
+        k_process = s("process") if len(self.processes) > 1 else None
         spans = self.spans
         for (thread, stack, state, unit), n in sorted(self.counts.items(),
                                                       key=lambda kv: (kv[0][0].serial, kv[0][1].id, kv[0][2],
@@ -85,8 +85,13 @@ class PprofReporter(Reporter):
             sample = p.sample.add()
             sample.location_id.extend(locs)
             sample.value.extend((n, n * self.period_ns))
+            pr = thread.process
             for key, num, text in ((k_tid, thread.tid, None), (k_name, None, thread.name or thread.label),
-                                   (k_state, None, state_name(state)), (k_pid, pid, None)):
+                                   (k_state, None, state_name(state)),
+                                   (k_pid, pr.pid if pr is not None else h.get("pid", 0), None),
+                                   (k_process, None, pr.label if pr is not None else None)):
+                if key is None:
+                    continue
                 label = sample.label.add()
                 label.key = key
                 if text is None:

@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 from typing import IO, Dict, List
 
+from sdb_trace import PROC_SHIFT
+
 from .. import __version__
 from ..samples import NO_UNIT, endpoint_name, unit_label
 from .base import Reporter
@@ -94,7 +96,7 @@ class SpeedscopeReporter(Reporter):
 
     def _profile_name(self, p: _Profile) -> str:
         if not self.by:
-            return p.thread.label
+            return " / ".join(p.thread.roots)
         if p.unit is None:
             return NO_UNIT
         if self.by == "endpoint":
@@ -107,7 +109,7 @@ class SpeedscopeReporter(Reporter):
     def _order(self) -> List[_Profile]:
         ps = list(self.profiles.values())
         if not self.by:
-            return sorted(ps, key=lambda p: (not p.thread.main, p.thread.serial))
+            return sorted(ps, key=lambda p: (p.thread.serial >> PROC_SHIFT, not p.thread.main, p.thread.serial))
         if self.by == "endpoint":
             return sorted(ps, key=lambda p: (p.unit is None, -p.total, endpoint_name(p.unit)))
         return sorted(ps, key=lambda p: (p.unit is None, (p.unit["begin_ns"] or 0) if p.unit else 0,

@@ -31,15 +31,37 @@ class SummaryReporter(Reporter):
         return f"{key[0]} ({key[1]})" if key[1] else key[0]
 
     def add(self, thread, stack, state, t_ns, count) -> None:
-        self.by_stack[stack] += count
+        # a trace of several processes, not merged: a table per process (its threads' roots say so)
+        group = thread.process if len(thread.roots) > 1 else None
+        self.by_stack[(group, stack)] += count
         self.threads.add(thread)
 
     def render(self, out: IO) -> None:
+        h = self.header
+        n = sum(self.by_stack.values())
+        asked = h.get('rate_hz') or 1e9 / self.period_ns
+        rate = f"{asked:g} Hz"
+        if self.ticks and self.end_ns and isinstance(h.get("start_mono_ns"), int) and self.end_ns > h["start_mono_ns"]:
+            rate = f"asked {asked:g} Hz, achieved {self.ticks / ((self.end_ns - h['start_mono_ns']) / 1e9):.0f} Hz"
+        groups = sorted({g for g, _ in self.by_stack}, key=lambda g: g.proc if g is not None else -1)
+        where = (f"{len(self.processes)} processes" if len(self.processes) > 1 else
+                 f"pid {h.get('pid')}")
+        out.write(f"sdb summary: {n:,} samples ({self.period_ns / 1e6:g} ms each, {rate}), "
+                  f"{len(self.threads)} thread(s); {where}, ruby {printable(h.get('ruby'))}\n")
+        for g in groups:
+            if g is not None:
+                ths = sum(1 for t in self.threads if t.process is g)
+                m = sum(c for (gg, _), c in self.by_stack.items() if gg is g)
+                out.write(f"\n{printable(g.label)}: {m:,} samples, {ths} thread(s)"
+                          + (f", ended ({printable(g.end_reason)})" if g.end_reason else "") + "\n")
+            self.table(out, {st: c for (gg, st), c in self.by_stack.items() if gg is g})
+
+    def table(self, out: IO, by_stack: Dict) -> None:
         own: Counter = Counter()
         total: Counter = Counter()
         keys: Dict[object, Tuple] = {}
         n = 0
-        for stack, count in self.by_stack.items():
+        for stack, count in by_stack.items():
             n += count
             if not stack.frames:
                 continue
@@ -47,13 +69,6 @@ class SummaryReporter(Reporter):
             own[ks[-1]] += count
             for k in set(ks):
                 total[k] += count
-        h = self.header
-        asked = h.get('rate_hz') or 1e9 / self.period_ns
-        rate = f"{asked:g} Hz"
-        if self.ticks and self.end_ns and isinstance(h.get("start_mono_ns"), int) and self.end_ns > h["start_mono_ns"]:
-            rate = f"asked {asked:g} Hz, achieved {self.ticks / ((self.end_ns - h['start_mono_ns']) / 1e9):.0f} Hz"
-        out.write(f"sdb summary: {n:,} samples ({self.period_ns / 1e6:g} ms each, {rate}), "
-                  f"{len(self.threads)} thread(s); pid {h.get('pid')}, ruby {printable(h.get('ruby'))}\n")
         out.write(f"{'TOTAL':>10} {'(pct)':>9} {'SAMPLES':>10} {'(pct)':>9}  {self.what}\n")
         pct = (lambda c: 100.0 * c / n) if n else (lambda c: 0.0)
         for k in sorted(total, key=lambda k: (-own[k], -total[k], self.describe(k))):
