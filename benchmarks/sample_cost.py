@@ -80,12 +80,22 @@ def tight(sampler, meter, seconds) -> dict:
 
 def one(cfg, mode: str, depth: int, threads: int, rate: float, paced_s: float, tight_s: float) -> dict:
     from sdb_sidecar import _sampler
-    from sdb_sidecar.session import start_kernel_view, stop_kernel_view, threads_from
+    from sdb_sidecar.ebpf import EbpfUnavailable
+    from sdb_sidecar.kview import KernelView
+    from sdb_sidecar.session import threads_from
     from sdb_sidecar.target import open_target
     with common.ruby_target(cfg, "stacks.rb", threads, depth, mode) as p:
         t = open_target(p.pid)
         s = _sampler.Sampler(t.registry, p.pid, rate, 2048)
-        kv = start_kernel_view(t, s, notice=False)
+        kv = None
+        if s.uses_thread_status:        # Ruby 3.1: the kernel view, as a recording would use it
+            try:
+                kv = KernelView()
+                kv.start()
+                kv.add(p.pid)
+                s.use_kernel_view(kv.address, kv.slots)
+            except EbpfUnavailable:
+                kv = None
         source = threads_from(s, kv)
         m = Meter(s)
         for _ in range(20):            # first reads intern frames and read ISeq headers: not steady state
@@ -95,7 +105,9 @@ def one(cfg, mode: str, depth: int, threads: int, rate: float, paced_s: float, t
         pr = paced(s, m, rate, paced_s)
         frames = m.frames_per_sample()
         tr = tight(s, m, tight_s)
-        stop_kernel_view(s, kv)
+        if kv is not None:
+            s.use_kernel_view(0, 0)
+            kv.close()
     us = lambda d: d["read_ns_total"] / d["samples"] / 1e3 if d["samples"] else float("nan")
     return {"paced_us": us(pr), "tight_us": us(tr), "tight_wall_us": tr["wall_s"] * 1e6 / max(1, tr["samples"]),
             "frames": frames, "paced_samples": pr["samples"], "paced_ticks": pr["ticks"],

@@ -3,7 +3,9 @@
  *
  * Loaded by sidecar/sdb_sidecar/ebpf.py with bcc. Every layout fact comes from the layout row the
  * gem published in its registry, passed in as -D constants (nothing version-specific here):
- *   TARGET_TGID            the recorded process (uprobes are attached for it alone; checked again)
+ * The recorded processes (a process tree shares one program) are the keys of the map `targets`: the
+ * uprobes are attached for each of them alone, and each probe checks the map again; a record carries
+ * the process (tgid) it came from.
  *   ISEQ_BODY              rb_iseq_t.body
  *   BODY_TYPE, BODY_PATHOBJ, BODY_BASE_LABEL, BODY_LABEL, BODY_FIRST_LINENO, FIRST_LINENO_FIXNUM
  *   RSTR_NOEMBED_BIT, RSTR_HEAP_LEN, RSTR_HEAP_PTR, RSTR_EMBED_LEN (0xffff: length in the flags),
@@ -67,7 +69,7 @@ struct event_hdr {
     s32 first_line;
     u16 len[NSTR];                  /* byte lengths of the strings that follow, back to back */
     u32 probe;                      /* which probe fired (index into the sidecar's probe list) */
-    u32 pad;
+    u32 tgid;                       /* the process */
 };
 
 struct event {
@@ -88,6 +90,14 @@ BPF_PERCPU_ARRAY(dropped, u64, 1);         /* records that did not fit */
  * [2] for a pause it decides itself or to resume.
  * [3]: non-zero while the reader sleeps until records come: the next record clears it and wakes it. */
 BPF_ARRAY(budget, u64, 4);
+/* The processes recorded (tgid -> 1): the sidecar adds each one before its probes are attached. */
+BPF_HASH(targets, u32, u32, 4096);
+
+static __always_inline u32 target_tgid(void)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    return targets.lookup(&tgid) ? tgid : 0;
+}
 
 static __always_inline void emit(void *data, u64 size, u64 flags)
 {
@@ -184,10 +194,10 @@ static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe, u64 iseq
     u64 body, flags, pathobj, pflags, path, realpath, label, ih[3];
     u64 b[BODY_WORDS];              /* the body's first words, type to first_lineno: one read */
     struct event *ev;
-    u32 two = 2;
+    u32 two = 2, tgid = target_tgid();
     u64 *paused;
 
-    if ((bpf_get_current_pid_tgid() >> 32) != TARGET_TGID)
+    if (tgid == 0)
         return 0;
     if (iseq == 0)
         return 0;
@@ -203,6 +213,7 @@ static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe, u64 iseq
     ev->h.addr = iseq;
     ev->h.addr2 = 0;
     ev->h.probe = probe;
+    ev->h.tgid = tgid;
     ev->h.type = 0;
     ev->h.first_line = 0;
     ev->h.len[0] = ev->h.len[1] = ev->h.len[2] = ev->h.len[3] = 0;
@@ -273,7 +284,8 @@ int iseq_moved(struct pt_regs *ctx)
     struct event_hdr h = {};
     int ok = 1;
     u64 src = PT_REGS_PARM2(ctx), dest = PT_REGS_PARM3(ctx), flags;
-    if ((bpf_get_current_pid_tgid() >> 32) != TARGET_TGID)
+    u32 tgid = target_tgid();
+    if (tgid == 0)
         return 0;
     flags = rd64(src, &ok);
     if (!ok || (flags & T_MASK) != T_IMEMO || ((flags >> 12) & 0xf) != IMEMO_ISEQ)
@@ -282,6 +294,7 @@ int iseq_moved(struct pt_regs *ctx)
     h.time_ns = bpf_ktime_get_ns();
     h.addr = src;
     h.addr2 = dest;
+    h.tgid = tgid;
     emit(&h, sizeof(h), BPF_RB_NO_WAKEUP);
     return 0;
 }

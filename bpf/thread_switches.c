@@ -1,16 +1,18 @@
 /*
- * sdb kernel view: for each thread of one process, how often the kernel put it on a CPU and whether
- * it is on one now, in a BPF array the sidecar maps into its memory (no syscall to read it).
+ * sdb kernel view: for each thread of the recorded processes, how often the kernel put it on a CPU and
+ * whether it is on one now, in a BPF array the sidecar maps into its memory (no syscall to read it).
  *
  * Loaded by sidecar/sdb_sidecar/kview.py with bcc, for Ruby 3.1 (no GVL hooks: the gem cannot tell
  * the sidecar which threads ran). The sampler reads a thread's stack again only if the thread was
  * put on a CPU since its last read, or was on one during it; without this view it asks procfs for
  * every thread at every tick (/proc/PID/task/TID/schedstat and stat: most of its CPU on 3.1).
  *
- * One raw tracepoint, sched_switch, on every context switch of the machine: for a task that is not
- * the target's, one compare (prev: the current task) and one 4-byte read of next's tgid.
- * Constants (-D): TARGET_TGID; TASK_PID, TASK_TGID (offsets of task_struct.pid and .tgid, read from
- * the kernel's BTF: no kernel headers involved); KV_SLOTS (a power of two).
+ * One raw tracepoint, sched_switch, on every context switch of the machine: for a task of no recorded
+ * process, one lookup of prev's tgid in `targets`, one 4-byte read of next's tgid and its lookup.
+ * The recorded processes (a process tree shares one view) are the keys of `targets`, added by the
+ * sidecar. Constants (-D): TASK_PID, TASK_TGID (offsets of task_struct.pid and .tgid, read from the
+ * kernel's BTF: no kernel headers involved); KV_SLOTS (a power of two). Threads of several processes
+ * whose tids share a slot take it in turn: the sampler then asks procfs (the word holds the tid).
  *
  * Slot tid & (KV_SLOTS - 1) holds one 64-bit word: tid << 32 | switches << 2 | KV_UNKNOWN | KV_ON_CPU,
  * switches counting both ways (in and out). A program attached to sched_switch is not run for
@@ -34,6 +36,7 @@
 #define KV_SWITCH_IN 4u
 
 BPF_F_TABLE("array", u32, u64, kview, KV_SLOTS, BPF_F_MMAPABLE);
+BPF_HASH(targets, u32, u32, 4096);     /* tgid -> 1 */
 
 RAW_TRACEPOINT_PROBE(sched_switch)
 {
@@ -42,7 +45,8 @@ RAW_TRACEPOINT_PROBE(sched_switch)
     u32 idx, lo, tid = 0, tgid = 0;
     void *next = (void *)ctx->args[2];
 
-    if ((pt >> 32) == TARGET_TGID) {
+    tgid = pt >> 32;
+    if (targets.lookup(&tgid)) {
         tid = (u32)pt;
         idx = tid & (KV_SLOTS - 1);
         e = kview.lookup(&idx);
@@ -53,7 +57,7 @@ RAW_TRACEPOINT_PROBE(sched_switch)
                                      | (((u32)v & ~(KV_ON_CPU | KV_UNKNOWN)) + KV_SWITCH_IN);
         }
     }
-    if (bpf_probe_read_kernel(&tgid, sizeof(tgid), next + TASK_TGID) != 0 || tgid != TARGET_TGID)
+    if (bpf_probe_read_kernel(&tgid, sizeof(tgid), next + TASK_TGID) != 0 || !targets.lookup(&tgid))
         return 0;
     if (bpf_probe_read_kernel(&tid, sizeof(tid), next + TASK_PID) != 0)
         return 0;

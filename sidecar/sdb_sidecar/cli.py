@@ -10,7 +10,7 @@ from sdb_trace.output import printable
 
 from . import __version__
 from .commands import COMMANDS
-from .session import EbpfStarter
+from .session import EbpfHub
 from .errors import Exit, SdbError
 
 
@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     rc = _main(argv)
-    if EbpfStarter.compiling():
+    if EbpfHub.compiling():
         # bcc (C++, LLVM) is still compiling in a thread for a recording that has ended (a short
         # program): the interpreter's exit would run LLVM's static destructors under it (abort,
         # "pure virtual method called"). Nothing of that thread's work is needed: leave at once.

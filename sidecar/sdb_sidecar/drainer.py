@@ -7,7 +7,7 @@ from typing import Optional
 from sdb_trace import TraceWriter
 
 from . import _sampler
-from .ebpf import EbpfSymbolizer
+from .ebpf import EbpfView
 from .symbols import RemoteReadError, RemoteRuby
 from .target import Target
 
@@ -22,7 +22,7 @@ class Drainer:
     A name must hold for every sample that uses it. The sampler hands over each ISeq address it
     saw first with `lo`, the earliest moment that sample's frames may have been copied, and the
     instructions' address it saw there. With eBPF attached, every ISeq born has a record by the
-    time the Drainer looks (`EbpfSymbolizer.sync`): one born at the address at or before `lo`,
+    time the Drainer looks (`EbpfView.sync`): one born at the address at or before `lo`,
     with those instructions, names it, no read needed; otherwise it is read from the target now,
     and that name holds back to `lo` only if no ISeq was born at the address in between (eBPF
     attached all that time says so); if one was, the read named its successor and the sample's
@@ -33,7 +33,7 @@ class Drainer:
     BIRTHS_KEPT = 4     # per address: enough for the births since any pending read's `lo`
 
     def __init__(self, target: Target, sampler: "_sampler.Sampler", writer: TraceWriter,
-                 ebpf: Optional[EbpfSymbolizer] = None, from_start: bool = False):
+                 ebpf: Optional[EbpfView] = None, from_start: bool = False):
         self.target = target
         self.sampler = sampler
         self.writer = writer
@@ -43,7 +43,7 @@ class Drainer:
         self.unproven = 0           # remote names taken without eBPF's proof that nothing was born between
         self.unnamed_iseqs = 0      # ISeqs written as (unknown): gone, replaced, or superseded before the read
         self.unnamed_methods = 0    # method entries written without a name
-        self.ebpf = ebpf            # set once the eBPF symbolizer is attached (EbpfStarter)
+        self.ebpf = ebpf            # set once the eBPF symbolizer is attached (session.EbpfHub)
         self.names: dict = {}       # addr -> (the name last written for it, its at_ns): a GC move carries it
         self.births: dict = {}      # addr -> [(at_ns, name or None, instructions)], eBPF births, oldest first
         self.to_read: list = []     # [(addr, lo_ns, instructions)]: ISeqs to name by reading the target
@@ -154,7 +154,7 @@ class Drainer:
     def drain(self) -> dict:
         d = self.sampler.drain(encode_samples=True)
         w = self.writer
-        if self.ebpf is not None and not self.ebpf_announced:
+        if self.ebpf is not None and not self.ebpf_announced and self.ebpf.attached_ns < 1 << 63:
             self.ebpf_announced = True
             w.ebpf_attached(self.ebpf.attached_ns, self.ebpf.attach_kind)
         self.sync_ebpf()        # every ISeq the samples above show was born before this

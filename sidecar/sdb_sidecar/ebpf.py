@@ -1,10 +1,11 @@
 """The eBPF symbolizer: ISeqs named at birth, from probes in the target's own Ruby.
 
-`bpf/iseq_events.c` is compiled once per attach with bcc, with the layout row the gem published as
-constants, and attached (for the target process alone) as uretprobes on the functions that return
-a new ISeq, plus a uprobe on GC compaction's object mover where the build lets us find it
-(`probes.py` says which). A thread of this module reads the events and queues them for the
-Drainer, which writes `iseq` records with `source: "ebpf"` and the event's own time, and names
+`bpf/iseq_events.c` is compiled once per recording with bcc, with the layout row the gem published
+as constants, and attached for each recorded process (a process tree shares the one program: its
+processes run the same Ruby) as uretprobes on the functions that return a new ISeq, plus a uprobe
+on GC compaction's object mover where the build lets us find it (`probes.py` says which). A thread
+of this module reads the events and queues them, per process, for that process's Drainer
+(`EbpfView`), which writes `iseq` records with `source: "ebpf"` and the event's own time, and names
 every ISeq a sample shows first from its birth record when eBPF saw that birth and nothing was born
 at its address unseen since (`attached_throughout`), by a remote read otherwise.
 
@@ -66,7 +67,7 @@ QUIET_S = 5.0               # a pause this long after the last resume starts aga
 
 # bcc compiles the program with clang in this thread: about a second of CPU, while the app may be
 # booting on the same cores. At this niceness the app's threads (nice 0) get ~10x its share when
-# they compete; on an idle core it runs as fast. Sampling does not wait for it (recorder.EbpfStarter).
+# they compete; on an idle core it runs as fast. Sampling does not wait for it (session.EbpfHub).
 COMPILE_NICE = 10
 
 
@@ -149,17 +150,16 @@ class EventHdr(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_uint32), ("flags", ctypes.c_uint32), ("time_ns", ctypes.c_uint64),
                 ("addr", ctypes.c_uint64), ("addr2", ctypes.c_uint64), ("type", ctypes.c_uint32),
                 ("first_line", ctypes.c_int32), ("len", ctypes.c_uint16 * NSTR), ("probe", ctypes.c_uint32),
-                ("pad", ctypes.c_uint32)]
+                ("tgid", ctypes.c_uint32)]
 
 
 HDR_SIZE = ctypes.sizeof(EventHdr)
 
 
-def bpf_cflags(layout: dict, pid: int) -> List[str]:
+def bpf_cflags(layout: dict) -> List[str]:
     """The layout row as -D constants of the BPF program."""
     L = layout
     consts = {
-        "TARGET_TGID": pid,
         "ISEQ_BODY": L["iseq_body"],
         "BODY_TYPE": L["body_type"], "BODY_PATHOBJ": L["body_pathobj"], "BODY_BASE_LABEL": L["body_base_label"],
         "BODY_LABEL": L["body_label"], "BODY_FIRST_LINENO": L["body_first_lineno"],
@@ -215,39 +215,58 @@ def check_available() -> None:
     _import_bcc()
 
 
+class _Target:
+    """One process the probes are attached for, and what is kept for it."""
+
+    def __init__(self, pid: int, on_pause: Optional[Callable[[], None]], open_path: str = ""):
+        self.pid = pid
+        self.open_path = open_path               # the probed file, through the process's own root
+        self.on_pause = on_pause                 # called when the probes stop or come back
+        self.records: Deque[dict] = deque()      # for its Drainer, in event order
+        self.attached_ns = 1 << 63               # when its creation probes were first in
+        self.counts: Dict[str, int] = {}         # events per probe symbol
+        # addr -> (the name eBPF gave it, its instruction buffer): what a GC move carries to its new address
+        self.known: Dict[int, Tuple[tuple, int]] = {}
+        self.links: List[uprobe_link.UprobeLink] = []
+        self.events: List[bytes] = []            # bcc's names of its creation probes' perf events
+        self.mover = False                       # the GC mover's probe is attached for it
+
+
 class EbpfSymbolizer:
-    """Compiles, attaches, and reads ISeq events of one target until close()."""
+    """Compiles the program once, attaches it for each process added (`add`), and reads ISeq events
+    until close(). `start(pid)` compiles and adds the first process; the Drainer of each process
+    reads through an `EbpfView`. Pauses (the governor) are the program's: every process's probes go
+    out and come back together."""
 
     def __init__(self, pid: int, layout: dict, max_rate: float = DEFAULT_MAX_RATE,
                  on_pause: Optional[Callable[[], None]] = None):
-        self.pid = pid
+        self.pid = pid                           # the first process (start)
         self.layout = layout
         self.max_rate = max_rate                 # creation events per second before a pause (0: never)
-        self.records: Deque[dict] = deque()      # for the Drainer, in event order
+        self.targets: Dict[int, _Target] = {pid: _Target(pid, on_pause)}
         self.pauses: List[list] = []             # [start_ns, end_ns or None]: creation probes detached
         self._stop_recorded = False             # sync() recorded the start of a pause the probes began
-        self.on_pause = on_pause                 # called when the probes stop or come back
         self._pause_lock = threading.Lock()
-        self._consume_lock = threading.Lock()    # the reader thread and sync() take turns at the ring
+        self._consume_lock = threading.Lock()    # the reader thread, sync() and add() take turns at the ring
         self._syncing = False
-        self.attached_ns = 1 << 63               # when the creation probes were first in (start())
         self._paused = False
         self._trusted_from_ns = 0                # ISeqs born before this (a resume) are not put in the map
         self._drained = 0                        # ISeq records taken in the current drain ...
         self._drain_budget = float("inf")        # ... and how many it may take before the governor looks
         self.lost = 0                            # records the probes dropped (ring buffer full)
-        self.counts: Dict[str, int] = {}         # events per probe symbol
-        # addr -> (the name eBPF gave it, its instruction buffer): what a GC move carries to its new address
-        self._known: Dict[int, Tuple[tuple, int]] = {}
         self._stop = threading.Event()
         self._wake: Optional[Wakeup] = None      # close() wakes the reader with it
         self._thread: Optional[threading.Thread] = None
         self._bpf = None
         self.obj: Optional[probes.RubyObject] = None
-        self._creator_links: List[uprobe_link.UprobeLink] = []
-        self._creator_events: List[bytes] = []     # bcc's names of their perf events, to detach them
+        self._obj_id: Optional[Tuple[int, int]] = None   # (st_dev, st_ino) of the probed file
         self._link_progs: Optional[List[int]] = None
         self._warm_target: Optional[Tuple[str, int]] = None
+
+    @property
+    def attached_ns(self) -> int:
+        """When the first process's creation probes were in."""
+        return self.targets[self.pid].attached_ns if self.pid in self.targets else 1 << 63
 
     # ------------------------------------------------------------ setup
     def start(self) -> None:
@@ -255,8 +274,13 @@ class EbpfSymbolizer:
         BPF = _import_bcc()
         try:
             self.obj = probes.find_ruby_object(self.pid)
+            st = os.stat(self.obj.open_path)
         except probes.ProbeError as e:
             raise EbpfUnavailable(str(e)) from None
+        except OSError as e:
+            raise EbpfUnavailable(f"cannot read the Ruby of process {self.pid}: {e.strerror}") from None
+        self._obj_id = (st.st_dev, st.st_ino)
+        self.targets[self.pid].open_path = self.obj.open_path
         creators = self.obj.creators
         src = bpf_source("iseq_events.c")
         # two entry points per probe: one for a uprobe_multi link (the programs are loaded for that
@@ -267,7 +291,7 @@ class EbpfSymbolizer:
         src = src.replace("\nPROBE_FUNCTIONS\n", "\n" + entry)
         try:
             with lowered_priority(COMPILE_NICE):
-                self._bpf = BPF(text=src, cflags=bpf_cflags(self.layout, self.pid))
+                self._bpf = BPF(text=src, cflags=bpf_cflags(self.layout))
         except Exception as e:  # bcc raises a bare Exception for a failed compile or load
             raise EbpfUnavailable(f"the eBPF program did not load: {str(e).splitlines()[0] if str(e) else e}") \
                 from None
@@ -283,61 +307,134 @@ class EbpfSymbolizer:
                 for i in range(len(creators))]
         except Exception:
             self._link_progs = None             # a kernel before 6.6: bcc's perf-event probes
+        self._set_paused_flag(0)
         try:
-            self._attach_creators()
-            if self.obj.mover is not None:
-                self._bpf.attach_uprobe(name=self.obj.open_path, addr=self.obj.mover.vaddr, fn_name="iseq_moved",
-                                        pid=self.pid)
+            self._attach_target(self.targets[self.pid])
             self._bpf["events"].open_ring_buffer(self._on_record)
         except Exception as e:
             self.close()
             raise EbpfUnavailable(f"cannot attach uprobes to {self.obj.path}: {e}") from None
-        self.attached_ns = time.monotonic_ns()   # every ISeq born from now on has its record
         self._governor = Governor(self.max_rate, time.monotonic())
         self._wake = Wakeup()
         self._thread = threading.Thread(target=self._run, name="sdb-ebpf", daemon=True)
         self._thread.start()
 
-    def _attach_creators(self) -> None:
-        """The creation probes, as uprobe_multi links where the kernel has them (they come out without
-        stalling the app: see uprobe_link), else as bcc's perf events."""
-        self._set_paused_flag(0)
-        self._creator_links = []
-        self._creator_events = []
+    def add(self, pid: int, on_pause: Optional[Callable[[], None]] = None) -> "EbpfView":
+        """Attach the program for another process of the recording (it must run the same Ruby: the
+        same file, the same layout). EbpfUnavailable says why not."""
+        if self._bpf is None or self._thread is None:
+            raise EbpfUnavailable("the eBPF symbolizer is closed")
+        try:
+            open_path = f"/proc/{pid}/root{probes.find_ruby_object(pid).path}"
+            st = os.stat(open_path)
+        except probes.ProbeError as e:
+            raise EbpfUnavailable(str(e)) from None
+        except OSError as e:
+            raise EbpfUnavailable(f"cannot read the Ruby of process {pid}: {e.strerror}") from None
+        if (st.st_dev, st.st_ino) != self._obj_id:
+            raise EbpfUnavailable(f"process {pid} runs another Ruby than {self.obj.path}")
+        target = _Target(pid, on_pause, open_path)
+        with self._consume_lock:
+            self.targets[pid] = target
+            try:
+                if self._paused or self._stop_recorded:
+                    self._add_tgid(pid)          # its probes come with the resume: births unseen till then
+                    self._attach_mover(target)
+                else:
+                    self._attach_target(target)
+            except Exception as e:
+                self._detach_target(target)
+                del self.targets[pid]
+                raise EbpfUnavailable(f"cannot attach uprobes to {self.obj.path} in process {pid}: {e}") from None
+        return EbpfView(self, pid)
+
+    def remove(self, pid: int) -> None:
+        """Detach the probes of one process (its recording is over); its records are dropped."""
+        with self._consume_lock:
+            target = self.targets.pop(pid, None)
+        if target is not None and self._bpf is not None:
+            self._detach_target(target)
+
+    def _add_tgid(self, pid: int) -> None:
+        t = self._bpf["targets"]
+        t[t.Key(pid)] = t.Leaf(1)
+
+    def _attach_target(self, target: _Target) -> None:
+        """The process's probes in: its creation probes (from now on every ISeq it makes has a
+        record) and the GC mover's."""
+        self._add_tgid(target.pid)
+        self._attach_creators(target)
+        self._attach_mover(target)
+        if target.attached_ns == 1 << 63:
+            target.attached_ns = time.monotonic_ns()
+
+    def _attach_mover(self, target: _Target) -> None:
+        if self.obj.mover is not None and not target.mover:
+            self._bpf.attach_uprobe(name=target.open_path, addr=self.obj.mover.vaddr, fn_name="iseq_moved",
+                                    pid=target.pid)
+            target.mover = True
+
+    def _detach_target(self, target: _Target) -> None:
+        try:
+            self._detach_creators([target])
+            if target.mover:
+                target.mover = False
+                self._bpf.detach_uprobe(name=target.open_path, addr=self.obj.mover.vaddr, pid=target.pid)
+        except Exception:
+            pass            # the process is gone: its probes went with it
+        try:
+            t = self._bpf["targets"]
+            del t[t.Key(target.pid)]
+        except Exception:
+            pass
+
+    def _attach_creators(self, target: _Target) -> None:
+        """One process's creation probes, as uprobe_multi links where the kernel has them (they come
+        out without stalling the app: see uprobe_link), else as bcc's perf events."""
+        target.links = []
+        target.events = []
         if self._link_progs is not None:
             try:
                 for p, prog in zip(self.obj.creators, self._link_progs):
-                    self._creator_links.append(uprobe_link.UprobeLink(self.obj.open_path, p.offset, self.pid, prog,
-                                                                      retprobe=not p.entry))
+                    target.links.append(uprobe_link.UprobeLink(target.open_path, p.offset, target.pid, prog,
+                                                               retprobe=not p.entry))
                 return
             except OSError:
-                for link in self._creator_links:
+                for link in target.links:
                     link.close()
-                self._creator_links = []
+                target.links = []
+                if any(t.links for t in self.targets.values()):
+                    raise
                 self._link_progs = None         # links refused: perf events from now on
         for i, p in enumerate(self.obj.creators):
             attach = self._bpf.attach_uprobe if p.entry else self._bpf.attach_uretprobe
             before = set(self._bpf.uprobe_fds)
-            attach(name=self.obj.open_path, addr=p.vaddr, fn_name=f"iseq_created_{i}", pid=self.pid)
-            self._creator_events += [ev for ev in self._bpf.uprobe_fds if ev not in before]
+            attach(name=target.open_path, addr=p.vaddr, fn_name=f"iseq_created_{i}", pid=target.pid)
+            target.events += [ev for ev in self._bpf.uprobe_fds if ev not in before]
 
     def _set_paused_flag(self, value: int) -> None:
         """0: the probes send; otherwise (a pause's start time) they send nothing."""
         budget = self._bpf["budget"]
         budget[budget.Key(2)] = budget.Leaf(value)
 
-    def _detach_creators(self) -> None:
-        """Take the creation probes out while the app may be hitting them hard (a pause: it is over
-        budget). First the program's pause flag (hits until the breakpoint is gone cost only the
-        trap), then a warm-up probe (see uprobe_link.warm: the kernel's grace period is paid where
-        nobody waits), then every probe at once: the breakpoints come out within a millisecond, and
-        each close then waits ~0.1-0.2 s in the kernel, in a thread of its own, as does the warm-up
-        probe's. bcc's events are detached by name (by address, bcc would first resolve the ELF)."""
-        budget = self._bpf["budget"]
-        if budget[budget.Key(2)].value == 0:
-            self._set_paused_flag(time.monotonic_ns())
-        links, self._creator_links = self._creator_links, []
-        events, self._creator_events = self._creator_events, []
+    def _detach_creators(self, targets: Optional[List[_Target]] = None) -> None:
+        """Take the creation probes out (of `targets`, else of every process) while the app may be
+        hitting them hard (a pause: it is over budget). First the program's pause flag (hits until
+        the breakpoint is gone cost only the trap; not for one process leaving), then a warm-up
+        probe (see uprobe_link.warm: the kernel's grace period is paid where nobody waits), then
+        every probe at once: the breakpoints come out within a millisecond, and each close then
+        waits ~0.1-0.2 s in the kernel, in a thread of its own, as does the warm-up probe's. bcc's
+        events are detached by name (by address, bcc would first resolve the ELF)."""
+        if targets is None:
+            targets = list(self.targets.values())
+            budget = self._bpf["budget"]
+            if budget[budget.Key(2)].value == 0:
+                self._set_paused_flag(time.monotonic_ns())
+        links, events = [], []
+        for t in targets:
+            links += t.links
+            events += t.events
+            t.links, t.events = [], []
         if not links and not events:
             return
         warm_fd = uprobe_link.warm(*self._warm_target) if self._warm_target else None
@@ -373,15 +470,23 @@ class EbpfSymbolizer:
                 start_ns = start_ns or time.monotonic_ns()
                 self.pauses.append([start_ns, None])
         self._paused_changed()
-        self.records.append({"kind": "pause", "at_ns": start_ns, "rate": round(g.rate),
-                             "backoff_s": g.backoff})
+        self._to_all({"kind": "pause", "at_ns": start_ns, "rate": round(g.rate), "backoff_s": g.backoff})
         self._detach_creators()
         self._bpf.ring_buffer_consume()          # the events born before the probes were gone
-        self._known.clear()
+        for t in self.targets.values():
+            t.known.clear()
+
+    def _to_all(self, record: dict) -> None:
+        for t in list(self.targets.values()):
+            t.records.append(record)
 
     def _resume(self) -> None:
         try:
-            self._attach_creators()
+            self._set_paused_flag(0)
+            for t in list(self.targets.values()):
+                self._attach_creators(t)
+                if t.attached_ns == 1 << 63:    # added during the pause
+                    t.attached_ns = time.monotonic_ns()
         except Exception:
             # the target is exiting, or the kernel refused: stay paused, try again later
             self._detach_creators()
@@ -392,18 +497,19 @@ class EbpfSymbolizer:
             self.pauses[-1][1] = end_ns
             self._trusted_from_ns = end_ns
             self._paused = False
-        self.records.append({"kind": "resume", "at_ns": end_ns})
+        self._to_all({"kind": "resume", "at_ns": end_ns})
         self._governor.resumed(time.monotonic())
         self._paused_changed()
 
     def _paused_changed(self) -> None:
-        """The sampler names every ISeq anew from now (on_pause: Sampler.forget_iseqs): the sooner
+        """The samplers name every ISeq anew from now (on_pause: Sampler.forget_iseqs): the sooner
         after a pause starts, the fewer samples whose names the pause voids (sdb_trace symbol_at)."""
-        if self.on_pause is not None:
-            try:
-                self.on_pause()
-            except Exception:
-                pass
+        for t in list(self.targets.values()):
+            if t.on_pause is not None:
+                try:
+                    t.on_pause()
+                except Exception:
+                    pass
 
     @property
     def attach_kind(self) -> str:
@@ -415,11 +521,12 @@ class EbpfSymbolizer:
         """The creation probes send nothing: paused, or stopped by themselves (recorded by sync)."""
         return self._paused or self._stop_recorded
 
-    def attached_throughout(self, a_ns: int, b_ns: int) -> bool:
-        """True if the creation probes were attached all the time from a_ns to b_ns, and no record
-        was lost: then no ISeq was born unseen in between, and a name eBPF or a remote read gave at
-        a_ns still holds at b_ns unless a later record says otherwise."""
-        if a_ns < self.attached_ns or self.lost:
+    def attached_throughout(self, pid: int, a_ns: int, b_ns: int) -> bool:
+        """True if process pid's creation probes were attached all the time from a_ns to b_ns, and
+        no record was lost: then no ISeq was born there unseen in between, and a name eBPF or a
+        remote read gave at a_ns still holds at b_ns unless a later record says otherwise."""
+        t = self.targets.get(pid)
+        if t is None or a_ns < t.attached_ns or self.lost:
             return False
         with self._pause_lock:
             for start, end in reversed(self.pauses):
@@ -467,20 +574,23 @@ class EbpfSymbolizer:
         if size < HDR_SIZE:
             return          # not a record the program writes: nothing in it can be trusted
         h = ctypes.cast(data, ctypes.POINTER(EventHdr)).contents
+        t = self.targets.get(h.tgid)
+        if t is None:
+            return          # a process whose recording is over
         if h.kind == EV_MOVE:
-            self._moved(h.addr, h.addr2, h.time_ns)
+            self._moved(t, h.addr, h.addr2, h.time_ns)
             return
         if h.kind != EV_NEW:
             return
         sym = self.obj.creators[h.probe].symbol if h.probe < len(self.obj.creators) else "?"
-        self.counts[sym] = self.counts.get(sym, 0) + 1
+        t.counts[sym] = t.counts.get(sym, 0) + 1
         self._drained += 1
         if h.flags & (F_TRUNCATED | F_UNREADABLE) or HDR_SIZE + sum(h.len) > size:
             # the Drainer reads this one remotely (a string longer than the probe copies, or a page
             # the probe could not read)
-            self._unname(h.addr)
-            self.records.append({"kind": "remote", "addr": h.addr, "at_ns": h.time_ns, "probe": sym,
-                                 "encoded": h.addr2})
+            t.known.pop(h.addr, None)
+            t.records.append({"kind": "remote", "addr": h.addr, "at_ns": h.time_ns, "probe": sym,
+                              "encoded": h.addr2})
             return
         raw = ctypes.string_at(data + HDR_SIZE, sum(h.len))
         strs, off = [], 0
@@ -495,27 +605,24 @@ class EbpfSymbolizer:
         if h.flags & F_BASE_IS_LABEL:
             base_label = label
         info = (label, base_label, path, realpath, h.first_line, h.type)
-        if self._known.get(h.addr) == (info, h.addr2):
+        if t.known.get(h.addr) == (info, h.addr2):
             return              # the binary loader hands out ISeqs it already loaded
         if not self._paused and h.time_ns >= self._trusted_from_ns and h.addr2 != 0:
-            self._known[h.addr] = (info, h.addr2)
+            t.known[h.addr] = (info, h.addr2)
         # else: born while the probes were going or coming back (some may have missed a birth at
         # the same address then): the record names it from birth, but a move does not carry it
-        self.records.append({"kind": "new", "addr": h.addr, "at_ns": h.time_ns, "probe": sym,
+        t.records.append({"kind": "new", "addr": h.addr, "at_ns": h.time_ns, "probe": sym,
                              "label": label, "base_label": base_label, "path": path, "realpath": realpath,
                              "first_line": h.first_line, "type": h.type, "encoded": h.addr2})
 
-    def _unname(self, addr: int) -> None:
-        """What eBPF named at addr no longer holds (a move does not carry it)."""
-        self._known.pop(addr, None)
-
-    def _moved(self, old: int, new: int, t_ns: int) -> None:
-        known = self._known.pop(old, None)
+    @staticmethod
+    def _moved(t: _Target, old: int, new: int, t_ns: int) -> None:
+        known = t.known.pop(old, None)
         if known is not None:
-            self._known[new] = known            # a move keeps the body and its instructions
+            t.known[new] = known            # a move keeps the body and its instructions
         else:
-            self._unname(new)       # an ISeq eBPF did not name moved over one it did
-        self.records.append({"kind": "move", "addr": new, "from": old, "at_ns": t_ns})
+            t.known.pop(new, None)      # an ISeq eBPF did not name moved over one it did
+        t.records.append({"kind": "move", "addr": new, "from": old, "at_ns": t_ns})
 
     def _run(self) -> None:
         """Every POLL_S (or at once when the probes spent the governor's budget: the record that
@@ -556,10 +663,12 @@ class EbpfSymbolizer:
                     return
                 raise
 
-    def take(self) -> List[dict]:
+    def take(self, pid: int) -> List[dict]:
+        """Process pid's records since the last call."""
+        t = self.targets.get(pid)
         out = []
-        while self.records:
-            out.append(self.records.popleft())
+        while t is not None and t.records:
+            out.append(t.records.popleft())
         return out
 
     def close(self) -> None:
@@ -591,9 +700,15 @@ class EbpfSymbolizer:
             self._bpf.cleanup()
             self._bpf = None
 
-    def summary(self) -> dict:
-        """For the trace's end record: where the probes were, what each one saw, what was lost."""
+    def summary(self, pid: Optional[int] = None) -> dict:
+        """For the trace's end record: where the probes were, what each one saw (in process pid, or
+        in all), what was lost."""
         o = self.obj
+        ts = [self.targets[pid]] if pid in self.targets else list(self.targets.values())
+        events: Dict[str, int] = {}
+        for t in ts:
+            for k, v in t.counts.items():
+                events[k] = events.get(k, 0) + v
         end_ns = time.monotonic_ns()
         with self._pause_lock:
             paused_ns = sum((end if end is not None else end_ns) - start for start, end in self.pauses)
@@ -601,6 +716,48 @@ class EbpfSymbolizer:
         return {"object": o.path, "probes": [p.symbol for p in o.creators],
                 "mover": o.mover.symbol if o.mover else None, "not_probeable": list(o.missing),
                 "attach": self.attach_kind,
-                "attached_ns": self.attached_ns,
-                "events": dict(self.counts), "lost": self.lost, "max_rate": self.max_rate,
+                "attached_ns": ts[0].attached_ns if ts else self.attached_ns,
+                "events": events, "lost": self.lost, "max_rate": self.max_rate,
                 "pauses": pauses, "paused_s": round(paused_ns / 1e9, 3)}
+
+
+class EbpfView:
+    """What one process's Drainer and status line see of the eBPF symbolizer: its own records and
+    attach time; the pauses, losses and ring buffer are the program's, shared by the tree."""
+
+    def __init__(self, sym: EbpfSymbolizer, pid: int):
+        self.sym = sym
+        self.pid = pid
+
+    @property
+    def max_rate(self) -> float:
+        return self.sym.max_rate
+
+    @property
+    def pauses(self) -> List[list]:
+        return self.sym.pauses
+
+    @property
+    def paused(self) -> bool:
+        return self.sym.paused
+
+    @property
+    def attach_kind(self) -> str:
+        return self.sym.attach_kind
+
+    @property
+    def attached_ns(self) -> int:
+        t = self.sym.targets.get(self.pid)
+        return t.attached_ns if t is not None else 1 << 63
+
+    def sync(self) -> None:
+        self.sym.sync()
+
+    def take(self) -> List[dict]:
+        return self.sym.take(self.pid)
+
+    def attached_throughout(self, a_ns: int, b_ns: int) -> bool:
+        return self.sym.attached_throughout(self.pid, a_ns, b_ns)
+
+    def summary(self) -> dict:
+        return self.sym.summary(self.pid)

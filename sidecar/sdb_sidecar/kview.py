@@ -84,22 +84,21 @@ def task_offsets(path: str = BTF_PATH) -> Tuple[int, int]:
 
 
 class KernelView:
-    """The BPF program for one target, and its array mapped here. `address` and `slots` are what
-    Sampler.use_kernel_view takes. close() when the sampler no longer reads it."""
+    """The BPF program and its array mapped here, for the processes added (a process tree shares one).
+    `address` and `slots` are what Sampler.use_kernel_view takes. close() when no sampler reads it."""
 
-    def __init__(self, pid: int):
-        self.pid = pid
+    def __init__(self):
         self._bpf = None
         self._map: Optional[mmap.mmap] = None
         self.address = 0
         self.slots = KV_SLOTS
+        self.pids: set = set()
 
     def start(self) -> None:
         check_available()
         BPF = _import_bcc()
         pid_off, tgid_off = task_offsets()
-        cflags = [f"-DTARGET_TGID={self.pid}", f"-DTASK_PID={pid_off}", f"-DTASK_TGID={tgid_off}",
-                  f"-DKV_SLOTS={KV_SLOTS}"]
+        cflags = [f"-DTASK_PID={pid_off}", f"-DTASK_TGID={tgid_off}", f"-DKV_SLOTS={KV_SLOTS}"]
         try:
             self._bpf = BPF(text=bpf_source("thread_switches.c"), cflags=cflags)   # attaches sched_switch
         except Exception as e:  # bcc raises a bare Exception for a failed compile, load or attach
@@ -113,8 +112,24 @@ class KernelView:
             raise EbpfUnavailable(f"cannot map the kernel view: {e}") from None
         self.address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
 
+    def add(self, pid: int) -> None:
+        """The view follows the threads of process `pid` from now on."""
+        targets = self._bpf["targets"]
+        targets[targets.Key(pid)] = targets.Leaf(1)
+        self.pids.add(pid)
+
+    def remove(self, pid: int) -> None:
+        if self._bpf is None or pid not in self.pids:
+            return
+        self.pids.discard(pid)
+        targets = self._bpf["targets"]
+        try:
+            del targets[targets.Key(pid)]
+        except KeyError:
+            pass
+
     def close(self) -> None:
-        """Detach the program. The sampler must no longer read the view (the memory goes with it)."""
+        """Detach the program. No sampler may read the view any more (the memory goes with it)."""
         self.address = 0
         if self._map is not None:
             try:

@@ -20,6 +20,7 @@ class Options:
     ebpf_max_rate: float = DEFAULT_MAX_RATE   # ISeqs/s above which eBPF's creation probes pause (0: never)
     from_start: bool = False         # the recording covers the target since it published its registry
                                      # (`record`): its requests/jobs since then are all in the trace
+    children: bool = True            # attach, record: the target's descendants that run the gem too
 
     @classmethod
     def from_args(cls, args, **overrides) -> "Options":
@@ -29,7 +30,8 @@ class Options:
         opts = cls(rate_hz=getattr(args, "rate", d.rate_hz), duration_s=getattr(args, "duration", d.duration_s),
                    max_depth=getattr(args, "max_depth", d.max_depth), quiet=getattr(args, "quiet", d.quiet),
                    ebpf=not getattr(args, "no_ebpf", not d.ebpf),
-                   ebpf_max_rate=getattr(args, "ebpf_max_rate", d.ebpf_max_rate))
+                   ebpf_max_rate=getattr(args, "ebpf_max_rate", d.ebpf_max_rate),
+                   children=not getattr(args, "no_children", not d.children))
         return replace(opts, **overrides)
 
 

@@ -1,4 +1,6 @@
-"""Recording into a trace file (attach, record): a Session whose Drainer writes the trace, the
+"""Recording into a trace file (attach, record): a process and its descendants that run the gem (a puma
+master and its workers, a program and the children it forks), each a Session in a thread of its
+own whose Drainer writes that process's records into the one trace (sdb_trace.ProcessWriter); the
 signals that end it, one status line, and the end record with the closing counts."""
 from __future__ import annotations
 
@@ -6,20 +8,31 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
-from typing import IO, Optional
+from dataclasses import replace
+from typing import IO, Dict, List, Optional
 
 from sdb_trace import TraceWriteError, TraceWriter
 from sdb_trace.output import open_output as open_safely
 
 from . import __version__, _sampler
-from .drainer import Drainer
 from .errors import Exit, SdbError
 from .options import Options
-from .session import STALL_GRACE_S, Session, new_sampler
-from .target import Target, check_readable, permission_error
+from .process import alive
+from .session import STALL_GRACE_S, EbpfHub, Session, new_sampler, threads_from
+from .target import Target, check_readable, command_line, open_target, permission_error, proc_start_ticks
+from .tree import DirectoryWatch, descendants, parent_of
 
 STATUS_INTERVAL_S = 0.5
+SCAN_S = 2.0                # the tree is looked at this often when no registry was created meanwhile ...
+PENDING_S = 0.02            # ... and this often while a new process's registry is not ready
+PENDING_GIVE_UP_S = 5.0     # a process whose registry is not ready by then is left out (counted)
+TITLE_S = 1.0               # process titles (puma's `puma: cluster worker 0`) are read again this often
+MAX_PROCESSES = 256         # processes recorded at once; more are left out (counted)
+# the counts of the end record that add up over the processes (ticks, late, missed: process 0's sampler's)
+SUMMED = ("samples", "torn", "retried", "reused", "errors", "yjit_no_line", "span_unsure", "spans_lost",
+          "endpoints_refused", "threads", "symbol_errors", "names_superseded", "names_unproven")
 
 
 def open_output(path: str) -> IO[bytes]:
@@ -40,7 +53,8 @@ def write_failed(path: str, writer: TraceWriter, e: TraceWriteError) -> SdbError
 
 def record(target: Target, out_path: str, opts: Options, status_stream=None, on_signal=None) -> dict:
     """Record into the trace at out_path until opts.duration_s (0: no limit), Ctrl-C/SIGTERM or the
-    target's exit. on_signal(signum), if given, is also called for each SIGINT/SIGTERM (`record`
+    target's exit; with opts.children, its descendants that run the gem too, from the moment each
+    appears. on_signal(signum), if given, is also called for each SIGINT/SIGTERM (`record`
     forwards them). opts.ebpf: name new ISeqs at birth with the eBPF symbolizer when the machine
     allows it, pausing its creation probes while they fire more than opts.ebpf_max_rate times a
     second (0: never pause). Returns the closing counts."""
@@ -59,78 +73,365 @@ def record(target: Target, out_path: str, opts: Options, status_stream=None, on_
         "start_wall_ns": _sampler.wall_ns(), "hostname": socket.gethostname(), "sdb_version": __version__,
         "command": target.command, "max_depth": opts.max_depth,
     }, batched=True)
-    session = Session(target, sampler, writer, opts)
+    tree = Tree(target, sampler, writer, opts)
 
     def on_stop_signal(signum, frame):
-        session.interrupt()
+        tree.interrupt()
         if on_signal is not None:
             on_signal(signum)
 
     old = {s: signal.signal(s, on_stop_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    status = StatusLine(status_stream, opts.quiet, opts.rate_hz, session.drainer)
-    session.start()
+    status = StatusLine(status_stream, opts.quiet, opts.rate_hz, tree)
     try:
-        while session.running():
-            status.update(session.step())
-        session.drain_last()
+        tree.start()
+        while tree.running():
+            tree.step()
+            status.update()
+        tree.finish()
     except BaseException as e:
-        # the sampler thread runs without the GIL: it must be stopped before this exception can
+        # the sampler threads run without the GIL: they must be stopped before this exception can
         # reach the interpreter's exit
-        session.abort()
+        tree.abort()
         for s, h in old.items():
             signal.signal(s, h)
         if isinstance(e, TraceWriteError):
             raise write_failed(out_path, writer, e) from None
         raise
-    finally:
-        session.close()
-    if session.stalled:
+    if tree.error is not None:
+        for s, h in old.items():
+            signal.signal(s, h)
+        raise write_failed(out_path, writer, tree.error)
+    if tree.stalled:
         d = opts.duration_s
         sys.stderr.write(f"sdb: warning: the sampler thread did not stop {d + 2 * STALL_GRACE_S:.0f} s "
                          f"into a {d:g} s recording; the trace holds what it gathered\n")
-    counts = session.counts()
-    writer.end(**counts)
+    counts = tree.counts()
+    try:
+        writer.end(**counts)
+    except TraceWriteError as e:
+        raise write_failed(out_path, writer, e) from None
     out.close()
     # our handlers stay until the end record is written: a Ctrl-C while closing only marks it interrupted
     for s, h in old.items():
         signal.signal(s, h)
-    status.finish(sampler.stats())
+    status.finish()
     if counts["reason"] == "permission":
         raise permission_error(target.pid, PermissionError(1, "Operation not permitted"))
     return counts
 
 
-class StatusLine:
-    """One line on stderr, redrawn at most twice a second: threads, samples, rate, torn %, late %."""
+class ProcessRecording:
+    """One process of the trace: its Session, run in a thread of its own (start, drain until it
+    ends, the last drain, eBPF detached), its records written as process `proc`'s."""
 
-    def __init__(self, stream, quiet: bool, rate_hz: float, drainer: Optional[Drainer] = None):
+    def __init__(self, tree: "Tree", proc: int, target: Target, sampler, opts: Options):
+        self.tree = tree
+        self.proc = proc
+        self.target = target
+        self.session = Session(target, sampler, tree.writer.for_process(proc), opts, hub=tree.hub)
+        self.thread = threading.Thread(target=self._run, name=f"sdb-process-{target.pid}", daemon=True)
+        self.title = target.command
+        self.counts: Optional[dict] = None
+        self.stopped = False            # the tree's recording ended while this one ran
+
+    def _run(self) -> None:
+        s = self.session
+        try:
+            s.start()
+            while s.running():
+                s.step()
+            s.drain_last()
+        except TraceWriteError as e:
+            self.tree.failed(e)
+            s.abort()
+        except BaseException:
+            s.abort()
+            raise
+        finally:
+            try:
+                s.close()
+            finally:
+                self.counts = s.counts()
+                if self.stopped and self.counts["reason"] in ("stopped", "duration"):
+                    self.counts["reason"] = "stopped"
+                try:
+                    with self.tree.writer.lock:
+                        self.tree.writer.process_end(self.proc, **self.counts)
+                except TraceWriteError as e:
+                    self.tree.failed(e)
+
+    def stop(self) -> None:
+        """The recording of the tree is over: this process's ends too (its sampler stops; the thread
+        drains what is left)."""
+        self.stopped = True
+        self.session.sampler.stop()
+
+
+class Tree:
+    """The recording of a process and, with opts.children, of its descendants that run the gem. The
+    calling thread looks for new processes (a registry appearing in the root's registry directory
+    wakes it; it looks every SCAN_S anyway) and updates the status line; each process records in
+    a thread of its own. The recording ends when the root's ends (its exit, the duration, a
+    signal): the others are stopped then. One eBPF hub serves every process."""
+
+    def __init__(self, root: Target, sampler, writer: TraceWriter, opts: Options):
+        self.root = root
+        self.writer = writer
+        self.opts = opts
+        self.hub: Optional[EbpfHub] = EbpfHub(opts.ebpf_max_rate) if opts.ebpf else None
+        self.procs: Dict[int, ProcessRecording] = {}    # pid -> its recording (ended ones included)
+        self.by_proc: List[ProcessRecording] = []
+        self.pending: Dict[int, float] = {}             # pid -> when first seen without a ready registry
+        self.ignored: set = set()                        # pids that are not Ruby, or run no (enabled) gem
+        self.left_out = 0                                # processes of the tree that run the gem, not recorded
+        self.error: Optional[TraceWriteError] = None
+        self.interrupted = False
+        self.start_ns = writer.start_mono_ns
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._last_scan = 0.0
+        self._last_titles = time.monotonic()
+        self.watch = DirectoryWatch(os.path.dirname(root.registry.path)) if opts.children else None
+        self._add(root, sampler, parent=-1, from_start=opts.from_start)
+
+    # ------------------------------------------------------------------ processes
+    def _add(self, target: Target, sampler, parent: int, from_start: bool) -> ProcessRecording:
+        proc = len(self.by_proc)
+        opts = replace(self.opts, from_start=from_start)
+        pr = ProcessRecording(self, proc, target, sampler, opts)
+        self.by_proc.append(pr)
+        self.procs[target.pid] = pr
+        with self.writer_lock():
+            self.writer.process(proc, pid=target.pid, ppid=parent_of(target.pid) or 0, parent=parent,
+                                command=target.command, at_ns=_sampler.monotonic_ns(), ns_pid=target.ns_pid,
+                                ruby=target.info["ruby"], ruby_description=target.info["ruby_description"],
+                                layout=target.info["layout"])
+        return pr
+
+    def writer_lock(self):
+        return self.writer.lock
+
+    def start(self) -> None:
+        self.by_proc[0].thread.start()
+        if self.opts.children:
+            self.scan()
+
+    def running(self) -> bool:
+        return self.by_proc[0].thread.is_alive() and self.error is None
+
+    def failed(self, e: TraceWriteError) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error = e
+        for pr in self.by_proc:
+            pr.stop()
+
+    def interrupt(self) -> None:
+        self.interrupted = True
+        for pr in list(self.by_proc):
+            pr.session.interrupt()
+
+    def step(self) -> None:
+        """Wait for a registry to appear (or the next look), then look at the tree."""
+        timeout = STATUS_INTERVAL_S
+        if self.watch is not None:
+            timeout = min(timeout, PENDING_S if self.pending else SCAN_S)
+        fds = [self.watch.fd] if self.watch is not None and self.watch.fd >= 0 else []
+        root_pidfd = self.by_proc[0].session.waiter.fds
+        ready = select_fds(fds + root_pidfd, timeout)
+        if self.watch is None:
+            return
+        created = self.watch.names() if self.watch.fd in ready else []
+        for name in created:
+            if name.startswith("sdb-") and name[4:].isdigit():
+                self.ignored.discard(int(name[4:]))     # a process that exec'd a Ruby with the gem
+        now = time.monotonic()
+        if created or self.pending or now - self._last_scan >= SCAN_S:
+            self.scan()
+        if now - self._last_titles >= TITLE_S:
+            self._last_titles = now
+            self.titles()
+
+    def scan(self) -> None:
+        """Start recording every descendant of the root that runs the gem and is not recorded yet."""
+        self._last_scan = time.monotonic()
+        if not self.by_proc[0].thread.is_alive() and self.by_proc[0].thread.ident is not None:
+            return
+        for pid in descendants(self.root.pid):
+            if pid in self.procs or pid in self.ignored:
+                continue
+            self._try(pid)
+        gone = [pid for pid in self.pending if not os.path.exists(f"/proc/{pid}")]
+        for pid in gone:
+            del self.pending[pid]
+
+    def _try(self, pid: int) -> None:
+        now = time.monotonic()
+        first = self.pending.setdefault(pid, now)
+        try:
+            target = open_target(pid, wait_s=0)
+        except SdbError as e:
+            if e.code in (Exit.NOT_RUBY, Exit.NO_SUCH_PROCESS):
+                self.pending.pop(pid, None)
+                self.ignored.add(pid)
+            elif now - first > PENDING_GIVE_UP_S or e.code in (Exit.FOREIGN_REGISTRY, Exit.PERMISSION):
+                self.pending.pop(pid, None)
+                self.ignored.add(pid)
+                if e.code != Exit.NO_GEM:           # a Ruby without the gem is not ours to record
+                    self.left_out += 1
+            return                                  # not ready yet: looked at again in PENDING_S
+        del self.pending[pid]
+        active = sum(1 for pr in self.by_proc if pr.thread.is_alive())
+        if active >= MAX_PROCESSES:
+            self.ignored.add(pid)
+            self.left_out += 1
+            return
+        sampler = new_sampler(target, self.opts)
+        try:
+            check_readable(pid, target.registry, sampler)
+        except SdbError as e:
+            self.ignored.add(pid)
+            self.left_out += 1
+            if not self.opts.quiet:
+                sys.stderr.write(f"\nsdb: notice: process {pid} is not recorded: {e}\n")
+            return
+        parent = self._recorded_parent(pid)
+        born_since = target.info["created_mono_ns"] >= self.start_ns
+        pr = self._add(target, sampler, parent, from_start=born_since or self.opts.from_start)
+        pr.thread.start()
+
+    def _recorded_parent(self, pid: int) -> int:
+        """The proc of the nearest recorded ancestor of pid (-1: none)."""
+        p = parent_of(pid)
+        for _ in range(64):
+            if p is None or p <= 1:
+                return -1
+            pr = self.procs.get(p)
+            if pr is not None:
+                return pr.proc
+            p = parent_of(p)
+        return -1
+
+    def titles(self) -> None:
+        """A process that changed its title (puma's workers do, after the fork) gets a new
+        `process` record."""
+        for pr in self.by_proc:
+            if not pr.thread.is_alive():
+                continue
+            title = command_line(pr.target.pid)
+            if title and title != pr.title:
+                pr.title = title
+                with self.writer_lock():
+                    self.writer.process(pr.proc, pid=pr.target.pid, ppid=parent_of(pr.target.pid) or 0,
+                                        parent=self._recorded_parent(pr.target.pid), command=title,
+                                        at_ns=_sampler.monotonic_ns(), ns_pid=pr.target.ns_pid,
+                                        ruby=pr.target.info["ruby"],
+                                        ruby_description=pr.target.info["ruby_description"],
+                                        layout=pr.target.info["layout"])
+
+    # ------------------------------------------------------------------ the end
+    def finish(self) -> None:
+        """The root's recording ended: every other process's ends now, each drained and closed."""
+        for pr in self.by_proc[1:]:
+            pr.stop()
+        for pr in self.by_proc:
+            pr.thread.join()
+        if self.hub is not None:
+            self.ebpf_summary = self.hub.symbolizer.summary() if self.hub.symbolizer is not None else None
+            self.hub.close()
+        if self.watch is not None:
+            self.watch.close()
+
+    def abort(self) -> None:
+        for pr in self.by_proc:
+            pr.session.abort()
+        if self.hub is not None:
+            self.hub.close()
+
+    @property
+    def stalled(self) -> bool:
+        return any(pr.session.stalled for pr in self.by_proc)
+
+    def counts(self) -> dict:
+        """The end record: process 0's counts, with the ones that add up summed over the processes."""
+        root = self.by_proc[0]
+        c = dict(root.counts)
+        others = [pr.counts for pr in self.by_proc[1:] if pr.counts is not None]
+        for k in SUMMED:
+            c[k] = c.get(k, 0) + sum(o.get(k, 0) for o in others)
+        c["unnamed"] = {k: root.counts["unnamed"][k] + sum(o["unnamed"][k] for o in others)
+                        for k in ("iseqs", "methods")}
+        c["processes"] = len(self.by_proc)
+        c["processes_left_out"] = self.left_out
+        if getattr(self, "ebpf_summary", None) is not None:
+            c["ebpf"] = self.ebpf_summary
+        if self.interrupted:
+            c["reason"] = "interrupted"
+        return c
+
+    def live_stats(self) -> List[dict]:
+        """Each recorded process's sampler stats now (status line)."""
+        return [pr.session.sampler.stats() for pr in self.by_proc if pr.thread.ident is not None]
+
+
+def select_fds(fds: List[int], timeout: float) -> List[int]:
+    import select
+    if not fds:
+        time.sleep(timeout)
+        return []
+    try:
+        return select.select(fds, [], [], timeout)[0]
+    except (OSError, ValueError):
+        time.sleep(timeout)
+        return []
+
+
+class StatusLine:
+    """One line on stderr, redrawn at most twice a second: processes, threads, samples, rate, torn %,
+    late %."""
+
+    def __init__(self, stream, quiet: bool, rate_hz: float, tree: Optional[Tree] = None, drainer=None):
         self.stream = stream
+        self.tree = tree
         self.drainer = drainer
         self.quiet = quiet
         self.rate_hz = rate_hz
         self.last = 0.0
         self.tty = hasattr(stream, "isatty") and stream.isatty()
 
-    def text(self, st: dict) -> str:
-        elapsed = max(1e-9, (st["last_tick_ns"] - st["start_ns"]) / 1e9) if st["ticks"] > 1 else 0
-        rate = (st["ticks"] - 1) / elapsed if elapsed else 0.0
-        reads = st["samples"] + st["torn"]
-        torn = 100.0 * st["torn"] / reads if reads else 0.0
-        due = st["ticks"] + st["missed"]
-        late = 100.0 * (st["late"] + st["missed"]) / due if due else 0.0
-        text = (f"sdb: {st['threads']} threads, {st['samples']} samples, {rate:.0f} Hz "
+    def _sources(self):
+        if self.tree is not None:
+            prs = [pr for pr in self.tree.by_proc if pr.thread.ident is not None or pr.proc == 0]
+            return [pr.session.sampler.stats() for pr in prs], [pr.session.drainer for pr in prs]
+        return [], [self.drainer] if self.drainer is not None else []
+
+    def text(self, st: Optional[dict] = None) -> str:
+        stats, drainers = self._sources()
+        if st is not None:
+            stats = [st]
+        root = stats[0]
+        elapsed = max(1e-9, (root["last_tick_ns"] - root["start_ns"]) / 1e9) if root["ticks"] > 1 else 0
+        rate = (root["ticks"] - 1) / elapsed if elapsed else 0.0
+        samples = sum(s["samples"] for s in stats)
+        reads = samples + sum(s["torn"] for s in stats)
+        torn = 100.0 * sum(s["torn"] for s in stats) / reads if reads else 0.0
+        due = root["ticks"] + root["missed"]
+        late = 100.0 * (root["late"] + root["missed"]) / due if due else 0.0
+        threads = sum(s["threads"] for s in stats)
+        procs = f"{len(stats)} processes, " if len(stats) > 1 else ""
+        text = (f"sdb: {procs}{threads} threads, {samples} samples, {rate:.0f} Hz "
                 f"(asked {self.rate_hz:.0f}), torn {torn:.2f}%, late {late:.2f}%")
-        unnamed = self.drainer.unnamed_iseqs + self.drainer.unnamed_methods if self.drainer is not None else 0
+        unnamed = sum(d.unnamed_iseqs + d.unnamed_methods for d in drainers)
         if unnamed:
             text += f", unnamed {unnamed}"
-        ebpf = self.drainer.ebpf if self.drainer is not None else None
+        ebpf = drainers[0].ebpf if drainers else None
         pauses = len(ebpf.pauses) if ebpf is not None else 0
         if pauses:
             text += (f", eBPF paused {pauses}x (ISeqs created > {ebpf.max_rate:g}/s"
                      f"{', now' if ebpf.paused else ''})")
         return text
 
-    def update(self, st: dict) -> None:
+    def update(self, st: Optional[dict] = None) -> None:
         now = time.monotonic()
         if self.quiet or now - self.last < STATUS_INTERVAL_S or not self.tty:
             return
@@ -138,7 +439,7 @@ class StatusLine:
         self.stream.write("\r\x1b[K" + self.text(st))
         self.stream.flush()
 
-    def finish(self, st: dict) -> None:
+    def finish(self, st: Optional[dict] = None) -> None:
         if self.quiet:
             return
         self.stream.write(("\r\x1b[K" if self.tty else "") + self.text(st) + "\n")

@@ -15,7 +15,7 @@ from sdb_trace import TraceWriter
 
 from . import _sampler
 from .drainer import Drainer
-from .ebpf import DEFAULT_MAX_RATE, EbpfSymbolizer, EbpfUnavailable
+from .ebpf import DEFAULT_MAX_RATE, EbpfSymbolizer, EbpfUnavailable, EbpfView
 from .kview import KernelView
 from .options import Options
 from .process import alive, execd_another, exiting, pidfd
@@ -56,96 +56,162 @@ def new_sampler(target: Target, opts: Options) -> "_sampler.Sampler":
     return sampler
 
 
-def start_ebpf(target: Target, sampler: "_sampler.Sampler", max_rate: float = DEFAULT_MAX_RATE) -> EbpfSymbolizer:
-    """The eBPF symbolizer for this target, attached (EbpfUnavailable says why not). The Drainer
-    uses its births once given it (EbpfStarter); the sampler names every ISeq anew whenever the
-    probes stop or come back."""
-    sym = EbpfSymbolizer(target.pid, target.registry.layout, max_rate, on_pause=sampler.forget_iseqs)
-    sym.start()
-    return sym
+class EbpfHub:
+    """The eBPF programs of a recording: one ISeq symbolizer and, on Ruby 3.1, one kernel view,
+    shared by every process recorded (a process tree runs one Ruby). They are compiled beside the
+    sampling, which starts at once (bcc's compile takes a second or more, several on a busy
+    machine), in a thread of their own, for the first process that joins; each process that joins
+    is attached as soon as they are in (EbpfSymbolizer.add, KernelView.add). ISeqs born before a
+    process's probes are in are named by remote reads, as those alive before the recording are; on
+    Ruby 3.1 procfs tells its sampler which threads ran until its view comes."""
 
-
-class EbpfStarter:
-    """Compiles and attaches the eBPF programs beside the sampling, which starts at once (bcc's
-    compile takes a second or more, several on a busy machine): ISeqs born before the probes are in
-    are named by remote reads, as those alive before the recording are. On Ruby 3.1 the kernel
-    view comes with them; procfs tells the sampler which threads ran until then."""
-
-    _threads: list = []     # every starter's thread (compiling() asks if one still runs)
+    _threads: list = []     # every hub's compiling thread (compiling() asks if one still runs)
 
     @classmethod
     def compiling(cls) -> bool:
-        """A starter thread still runs (compiling or attaching) in this process."""
+        """A hub's thread still runs (compiling or attaching) in this process."""
         return any(t.is_alive() for t in cls._threads)
 
-    def __init__(self, target: Target, sampler: "_sampler.Sampler", drainer: Drainer, max_rate: float):
-        self.target, self.sampler, self.drainer, self.max_rate = target, sampler, drainer, max_rate
+    def __init__(self, max_rate: float = DEFAULT_MAX_RATE):
+        self.max_rate = max_rate
         self.symbolizer: Optional[EbpfSymbolizer] = None
         self.kernel_view: Optional[KernelView] = None
         self._lock = threading.Lock()
-        self._cancelled = False
-        self._thread = threading.Thread(target=self._start, name="sdb-ebpf-start", daemon=True)
-        EbpfStarter._threads.append(self._thread)
-        self._thread.start()
+        self._sessions: list = []       # joined, attached when the programs are in
+        self._thread: Optional[threading.Thread] = None
+        self._sym_done = False          # the symbolizer's compile is over (whatever it got)
+        self._done = False              # the compiling thread is over (whatever it got)
+        self._closed = False
+        self._told = False              # the notice that eBPF is missing was printed
 
-    def _start(self) -> None:
+    def join(self, session: "Session") -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._sessions.append(session)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._compile, args=(session,), name="sdb-ebpf-start",
+                                                daemon=True)
+                EbpfHub._threads.append(self._thread)
+                self._thread.start()
+                return
+            sym_ready, kv_ready = self._sym_done, self._done
+        if sym_ready:
+            self._attach_symbolizer(session)
+        if kv_ready:
+            self._attach_kernel_view(session)
+
+    def _compile(self, first: "Session") -> None:
+        """The symbolizer first, attached for every process joined so far; then (Ruby 3.1) the kernel
+        view, likewise. A process that joins later is attached as it joins."""
+        target = first.target
         sym = kv = None
         try:
-            sym = start_ebpf(self.target, self.sampler, self.max_rate)
+            sym = EbpfSymbolizer(target.pid, target.registry.layout, self.max_rate,
+                                 on_pause=first.sampler.forget_iseqs)
+            sym.start()
         except Exception as e:      # the recording goes on without eBPF whatever happened here
-            why = str(e) if isinstance(e, EbpfUnavailable) else f"{e.__class__.__name__}: {e}"
-            with self._lock:
-                # a program that is over (or a recording that ended) needs no eBPF: nothing to say
-                if not self._cancelled and not exiting(self.target.pid):
-                    sys.stderr.write(f"sdb: notice: no eBPF symbolizer ({why}); ISeqs are named by remote reads\n")
-        try:
-            kv = start_kernel_view(self.target, self.sampler, notice=sym is not None and not exiting(self.target.pid))
-        except Exception:
-            kv = None       # procfs tells the sampler which threads ran, as before the view came
+            sym = None
+            self._notice(first, str(e) if isinstance(e, EbpfUnavailable) else f"{e.__class__.__name__}: {e}")
         with self._lock:
-            if self._cancelled:     # the recording ended while we compiled
+            self._sym_done = True
+            if self._closed:        # the recording ended while we compiled
                 if sym is not None:
                     sym.close()
-                stop_kernel_view(self.sampler, kv)
+                self._done = True
+                return
+            self.symbolizer = sym
+            sessions = list(self._sessions)
+        for s in sessions:
+            self._attach_symbolizer(s, first=s is first)
+        if first.sampler.uses_thread_status:     # Ruby 3.1: the gem cannot say which threads ran
+            try:
+                kv = KernelView()
+                kv.start()
+            except EbpfUnavailable as e:
+                kv = None
+                if sym is not None and not exiting(target.pid):
+                    sys.stderr.write(f"sdb: notice: no kernel view of the threads ({e}); the sampler asks "
+                                     f"procfs\n")
+            except Exception:
+                kv = None           # procfs tells the sampler which threads ran, as before the view came
+        with self._lock:
+            self._done = True
+            if self._closed:
+                if kv is not None:
+                    kv.close()
                 return
             self.kernel_view = kv
-            if sym is not None:
-                self.symbolizer = sym
-                self.drainer.ebpf = sym
+            sessions = list(self._sessions)
+        for s in sessions:
+            self._attach_kernel_view(s)
 
-    def finish(self) -> None:
-        """The recording is over: what is attached stays for the final drain (the caller closes it);
-        what is still being compiled is closed as soon as it is done."""
+    def _notice(self, session: "Session", why: str) -> None:
+        # a program that is over (or a recording that ended) needs no eBPF: nothing to say
+        if not self._told and not self._closed and not exiting(session.target.pid):
+            self._told = True
+            sys.stderr.write(f"sdb: notice: no eBPF symbolizer ({why}); ISeqs are named by remote reads\n")
+
+    def _attach_symbolizer(self, session: "Session", first: bool = False) -> None:
+        """The symbolizer for one more process (the first one's is attached by its start)."""
+        target = session.target
         with self._lock:
-            self._cancelled = True
+            if self._closed or session not in self._sessions or self.symbolizer is None:
+                return
+            sym = self.symbolizer
+        try:
+            view = EbpfView(sym, target.pid) if first else sym.add(target.pid, session.sampler.forget_iseqs)
+        except EbpfUnavailable as e:
+            if not exiting(target.pid):
+                sys.stderr.write(f"sdb: notice: no eBPF symbolizer for process {target.pid} ({e}); its ISeqs "
+                                 f"are named by remote reads\n")
+            return
+        session.symbolizer = view
+        session.drainer.ebpf = view
 
+    def _attach_kernel_view(self, session: "Session") -> None:
+        """Ruby 3.1: the kernel view for one more process (keyed by our tids: a container's registry
+        holds its own, so procfs tells its sampler)."""
+        target = session.target
+        with self._lock:
+            if self._closed or session not in self._sessions or self.kernel_view is None:
+                return
+            kv = self.kernel_view
+        if not session.sampler.uses_thread_status or target.ns_pid != target.pid:
+            return
+        try:
+            kv.add(target.pid)
+        except Exception:
+            return
+        session.sampler.use_kernel_view(kv.address, kv.slots)
+        session.kernel_view = kv
 
-def start_kernel_view(target: Target, sampler: "_sampler.Sampler", notice: bool) -> Optional[KernelView]:
-    """Ruby 3.1: the kernel view of the target's threads (kview.py) for the sampler, or None (with
-    one notice if `notice`: when eBPF itself is missing, the symbolizer's notice said so)."""
-    if not sampler.uses_thread_status:
-        return None                     # Ruby >= 3.2: the gem's GVL hooks tell the sampler
-    if target.ns_pid != target.pid:
-        # the view is keyed by our tids, the registry holds the container's: procfs (its own) tells
-        return None
-    kv = KernelView(target.pid)
-    try:
-        kv.start()
-    except EbpfUnavailable as e:
-        if notice:
-            sys.stderr.write(f"sdb: notice: no kernel view of the threads ({e}); the sampler asks procfs\n")
-        return None
-    sampler.use_kernel_view(kv.address, kv.slots)
-    return kv
+    def leave(self, session: "Session") -> None:
+        """One process's recording is over: its probes out (the kernel view stays mapped for a
+        sampler thread that did not stop: it goes with our exit)."""
+        with self._lock:
+            if session in self._sessions:
+                self._sessions.remove(session)
+            sym, kv = self.symbolizer, self.kernel_view
+        pid = session.target.pid
+        if sym is not None and pid in sym.targets and pid != sym.pid:
+            sym.remove(pid)
+        if kv is not None and session.kernel_view is kv:
+            kv.remove(pid)
+            if not session.thread.is_alive():
+                session.sampler.use_kernel_view(0, 0)
 
-
-def stop_kernel_view(sampler: "_sampler.Sampler", kv: Optional[KernelView], sampler_thread=None) -> None:
-    """Unmap the kernel view once the sampler can no longer read it (a stalled sampler thread keeps
-    it: the process's exit takes it away)."""
-    if kv is None or (sampler_thread is not None and sampler_thread.is_alive()):
-        return
-    sampler.use_kernel_view(0, 0)
-    kv.close()
+    def close(self) -> None:
+        """Every program detached; one still compiling is closed as soon as it is done."""
+        with self._lock:
+            self._closed = True
+            sym, kv = self.symbolizer, self.kernel_view
+            self.symbolizer = self.kernel_view = None
+            alive = any(s.thread.is_alive() for s in self._sessions)
+        if sym is not None:
+            sym.close()
+        if kv is not None and not alive:   # a stalled sampler thread may still read it
+            kv.close()
 
 
 def threads_from(sampler: "_sampler.Sampler", kv: Optional[KernelView]) -> str:
@@ -199,14 +265,17 @@ class Session:
     when an exception leaves the loop (it runs without the GIL and must not outlive the interpreter).
     `snapshot` runs none of the loop: `tick()` samples once, in the caller's thread."""
 
-    def __init__(self, target: Target, sampler: "_sampler.Sampler", writer: TraceWriter, opts: Options):
+    def __init__(self, target: Target, sampler: "_sampler.Sampler", writer: TraceWriter, opts: Options,
+                 hub: Optional[EbpfHub] = None):
         self.target, self.sampler, self.opts = target, sampler, opts
         self.drainer = Drainer(target, sampler, writer, from_start=opts.from_start)
         self.thread = threading.Thread(target=self._sample, name="sdb-sampler", daemon=True)
         self.waiter = DrainWaiter(pidfd(target.pid), self.thread)
-        self.starter: Optional[EbpfStarter] = None
-        self.symbolizer: Optional[EbpfSymbolizer] = None
-        self.kernel_view: Optional[KernelView] = None
+        # the eBPF programs: a process tree's recording shares its hub; a lone process has its own
+        self.own_hub = hub is None and opts.ebpf
+        self.hub: Optional[EbpfHub] = EbpfHub(opts.ebpf_max_rate) if self.own_hub else hub
+        self.symbolizer: Optional[EbpfView] = None      # set by the hub once attached
+        self.kernel_view: Optional[KernelView] = None   # likewise (Ruby 3.1)
         self.result: list = []          # what sampler.run returned: why it ended
         self.interrupted = False
         self.execd = False
@@ -227,8 +296,8 @@ class Session:
         self.started = time.monotonic()
         self.sampler.set_wake_fd(self.waiter.wakeup.fd)
         self.thread.start()
-        if self.opts.ebpf:
-            self.starter = EbpfStarter(self.target, self.sampler, self.drainer, self.opts.ebpf_max_rate)
+        if self.hub is not None:
+            self.hub.join(self)
 
     def tick(self) -> bool:
         """One tick in this thread and its drain (snapshot); False when the target cannot be read."""
@@ -288,14 +357,13 @@ class Session:
     def close(self) -> None:
         """eBPF detached (its last births written, the ISeqs still to read named), the kernel view
         unmapped, the wake-up closed; each only once nothing can use it any more."""
-        if self.starter is not None:
-            self.starter.finish()
-            self.symbolizer, self.kernel_view = self.starter.symbolizer, self.starter.kernel_view
         if self.symbolizer is not None:
-            self.symbolizer.close()
-            self.drainer.drain_ebpf()
-            self.drainer.name_remotely()
-        stop_kernel_view(self.sampler, self.kernel_view, self.thread)
+            self.drainer.sync_ebpf()            # its last births written ...
+            self.drainer.name_remotely()        # ... and what is left named, while the probes are in
+        if self.hub is not None:
+            self.hub.leave(self)
+            if self.own_hub:
+                self.hub.close()
         if not self.thread.is_alive():           # a stalled sampler thread may still write to it
             self.sampler.set_wake_fd(-1)
             self.waiter.wakeup.close()

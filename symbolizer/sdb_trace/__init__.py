@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import math
 import os
+import threading
 from array import array
 from dataclasses import dataclass, field
 from typing import IO, Callable, Dict, Iterator, List, Optional, Tuple
@@ -91,6 +92,7 @@ class TraceWriter:
         self.written = 0                    # bytes of whole batches written and flushed
         self.failed: Optional[OSError] = None
         self._proc = 0                      # the process the records written now belong to
+        self.lock = threading.RLock()       # held by a ProcessWriter while it writes (one thread per process)
         rec = {"t": "header", "magic": MAGIC, "version": VERSION}
         rec.update(header)
         self.start_mono_ns = rec.get("start_mono_ns")
@@ -236,7 +238,8 @@ class TraceWriter:
 
 class ProcessWriter:
     """The records of one process of a trace, written into the trace's one TraceWriter: each record
-    method enters the process first (TraceWriter.enter). Everything else is the writer's."""
+    method enters the process first (TraceWriter.enter), under the writer's lock (each process of a
+    tree is drained by a thread of its own). Everything else is the writer's."""
 
     RECORDS = frozenset(("thread", "thread_end", "frames", "stacks", "samples", "encoded", "iseq", "cfunc",
                          "method", "spans", "ebpf_pause", "ebpf_resume", "ebpf_attached"))
@@ -247,13 +250,21 @@ class ProcessWriter:
 
     def __getattr__(self, name):
         attr = getattr(self.writer, name)
+        if name == "flush":
+            lock = self.writer.lock
+
+            def flush():
+                with lock:
+                    return attr()
+            return flush
         if name not in self.RECORDS:
             return attr
-        proc, enter = self.proc, self.writer.enter
+        proc, enter, lock = self.proc, self.writer.enter, self.writer.lock
 
         def write(*args, **kwargs):
-            enter(proc)
-            return attr(*args, **kwargs)
+            with lock:              # another process's thread writes between two records, never inside one
+                enter(proc)
+                return attr(*args, **kwargs)
         return write
 
 

@@ -29,6 +29,10 @@ RUBYS = re.compile(r"^(?:(?:block|rescue|ensure)(?: \(\d+ levels\))? in )*"
 # then while soak.rb builds its `parts`)
 
 
+INTERNAL = re.compile(r"^<internal:[a-z_]+>$")     # Ruby's own files of built-in Ruby methods
+BARE = re.compile(r"^(?:(?:block|rescue|ensure)(?: \(\d+ levels\))? in )*[a-z_][A-Za-z0-9_]*[?!=]?$")
+
+
 def unrecorded(tmp_path, with_gem: bool) -> str:
     args = [SCALE, "sdb"] if with_gem else [SCALE]
     r = subprocess.run(ruby_cmd(SOAK, *args), input="go\n", capture_output=True, text=True, timeout=1800,
@@ -70,7 +74,11 @@ def test_soak_at_10khz_changes_no_output_and_names_frames_only_with_real_names(r
         samples += 1
         names = [f[0] for f in sample["frames"]]
         unknown += any(n.startswith("(unknown") or n == "(C function)" for n in names)
-        labels.update(names)
+        # a frame of a built-in Ruby method whose method entry was not proven (unreadable: counted in the
+        # end record's unnamed methods; or read while the stack moved) keeps its ISeq's own label, as
+        # Ruby's rb_profile_frame_full_label gives it without an entry: `zero?` of <internal:numeric>
+        # (seen once, 3.1 --yjit under load), never another method's name
+        labels.update(f[0] for f in sample["frames"] if not (INTERNAL.match(f[1] or "") and BARE.match(f[0])))
     stray = sorted(lb for lb in labels if not (OWN.match(lb) or RUBYS.match(lb) or lb in (
         "(garbage collection)", "(truncated)", "(unknown)", "(C function)", "<internal:kernel>", "<top (required)>",
         "<compiled>"))

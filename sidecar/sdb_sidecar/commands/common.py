@@ -25,6 +25,9 @@ def add_recording_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", default="trace.msgpack", help="trace file (default trace.msgpack)")
     add_depth_argument(p)
     p.add_argument("--quiet", "-q", action="store_true", help="no status line")
+    p.add_argument("--no-children", action="store_true",
+                   help="record this process alone (default: also every descendant that runs the sdb gem, such "
+                        "as puma's or unicorn's workers and Sidekiq's forks, from the moment each appears)")
     p.add_argument("--no-ebpf", action="store_true",
                    help="do not name ISeqs at birth with eBPF (default: use it when root, bcc, kernel headers "
                         "and uprobes are there); every ISeq is then named by a remote read at first sight")
@@ -134,12 +137,23 @@ def finish_recording(args, counts: dict) -> int:
         if rc != 0:
             sys.stderr.write(f"sdb: sdb-symbolize failed (exit {rc}); the trace is kept: {args.output}\n")
         elif not args.quiet:
-            sys.stderr.write(f"sdb: wrote {counts['samples']} samples of {counts['threads']} threads to "
+            sys.stderr.write(f"sdb: wrote {counts['samples']} samples of {of_what(counts)} to "
                              f"{args.output} ({ending(counts, args)}), the {args.format} profile to {out}\n")
         return rc
     if not args.quiet:
         print_next_steps(args.output, counts, args)
     return 0
+
+
+def of_what(counts: dict) -> str:
+    """`12 threads`, or `24 threads in 3 processes` for a process tree (and those left out)."""
+    text = f"{counts['threads']} threads"
+    n = counts.get("processes", 1)
+    if n > 1:
+        text += f" in {n} processes"
+    if counts.get("processes_left_out"):
+        text += f" ({counts['processes_left_out']} more running the gem not recorded)"
+    return text
 
 
 def ending(counts: dict, args) -> str:
@@ -162,7 +176,7 @@ def ending(counts: dict, args) -> str:
 def print_next_steps(output: str, counts: dict, args=None) -> None:
     formats = symbolizer_formats()
     suggested = [f for f in SUGGESTED_FORMATS if f in formats] or sorted(formats)[:1] or ["collapsed"]
-    lines = [f"sdb: wrote {counts['samples']} samples of {counts['threads']} threads to {output} "
+    lines = [f"sdb: wrote {counts['samples']} samples of {of_what(counts)} to {output} "
              f"({ending(counts, args)})",
              "sdb: next, make a profile with one of:"]
     lines += ["  " + shlex.join(symbolize_command(output, f)) for f in suggested]
