@@ -254,6 +254,7 @@ class EbpfSymbolizer:
         self._drained = 0                        # ISeq records taken in the current drain ...
         self._drain_budget = float("inf")        # ... and how many it may take before the governor looks
         self.lost = 0                            # records the probes dropped (ring buffer full)
+        self.counts: Dict[str, int] = {}         # events per probe symbol, every process's (removed ones too)
         self._stop = threading.Event()
         self._wake: Optional[Wakeup] = None      # close() wakes the reader with it
         self._thread: Optional[threading.Thread] = None
@@ -584,6 +585,7 @@ class EbpfSymbolizer:
             return
         sym = self.obj.creators[h.probe].symbol if h.probe < len(self.obj.creators) else "?"
         t.counts[sym] = t.counts.get(sym, 0) + 1
+        self.counts[sym] = self.counts.get(sym, 0) + 1
         self._drained += 1
         if h.flags & (F_TRUNCATED | F_UNREADABLE) or HDR_SIZE + sum(h.len) > size:
             # the Drainer reads this one remotely (a string longer than the probe copies, or a page
@@ -705,10 +707,7 @@ class EbpfSymbolizer:
         in all), what was lost."""
         o = self.obj
         ts = [self.targets[pid]] if pid in self.targets else list(self.targets.values())
-        events: Dict[str, int] = {}
-        for t in ts:
-            for k, v in t.counts.items():
-                events[k] = events.get(k, 0) + v
+        events = dict(ts[0].counts) if pid in self.targets else dict(self.counts)
         end_ns = time.monotonic_ns()
         with self._pause_lock:
             paused_ns = sum((end if end is not None else end_ns) - start for start, end in self.pauses)

@@ -227,9 +227,9 @@ class Tree:
             pr.stop()
 
     def interrupt(self) -> None:
+        """Ctrl-C, SIGTERM: the root's recording ends, and with it the others' (finish)."""
         self.interrupted = True
-        for pr in list(self.by_proc):
-            pr.session.interrupt()
+        self.by_proc[0].session.interrupt()
 
     def step(self) -> None:
         """Wait for a registry to appear (or the next look), then look at the tree."""
