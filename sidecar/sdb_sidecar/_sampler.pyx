@@ -852,6 +852,21 @@ cdef class Sampler:
             self.task_dir[n] = 0
             pthread_mutex_unlock(&self.mu)
 
+    cdef void start_over(self) noexcept nogil:
+        """drain(reset=True), under the mutex: the tables empty (their memory kept for reuse)."""
+        cdef uint32_t i
+        self.frame_count = self.frames_drained = 0
+        memset(self.frame_index, 0, self.frame_index_cap * sizeof(uint32_t))
+        self.stack_count = self.stacks_drained = 0
+        memset(self.stack_index, 0, self.stack_index_cap * sizeof(uint32_t))
+        self.arena_len = 0
+        memset(self.iseqs, 0, self.iseq_cap * sizeof(IseqEnt))
+        self.iseq_count = 0
+        memset(self.me_set, 0, self.me_set_cap * sizeof(uint64_t))
+        self.me_count = 0
+        for i in range(self.nslots + 1):
+            self.cache[i].has_prev = 0
+
     def forget_iseqs(self):
         """Every ISeq is new again: the next sample that shows one hands it to the Drainer, which
         names it anew. Called when the eBPF creation probes stop or come back (a pause): an ISeq
@@ -2352,11 +2367,15 @@ cdef class Sampler:
         return rc != R_FATAL
 
     # ------------------------------------------------------------ hand-over
-    def drain(self, bint encode_samples=False):
+    def drain(self, bint encode_samples=False, bint reset=False):
         """Everything gathered since the last drain, as Python objects (a dict). encode_samples: the
         samples come as one trace record, already msgpack-encoded ("samples_record": bytes, or None
         when there are none; what TraceWriter.samples would write), not as four lists: at 1 kHz
-        that is most of what a drain costs in Python."""
+        that is most of what a drain costs in Python.
+        reset: then, at the same moment (no tick in between), start over: frame and stack ids from 0,
+        every ISeq and method entry new again (handed over anew when next seen), no frame taken from
+        a thread's previous sample: what a new trace file needs (rotation), and what keeps the
+        tables as small as one file's stacks."""
         cdef uint64_t i, f0, f1, s0, s1, k
         cdef Gathered taken
         cdef SampleEnt *smp
@@ -2386,6 +2405,8 @@ cdef class Sampler:
             self.frames_drained = f1
             self.stacks_drained = s1
             self.wake_sent = 0
+            if reset:
+                self.start_over()
             pthread_mutex_unlock(&self.mu)
         smp = taken.samples
         tev = taken.tevts

@@ -44,7 +44,9 @@ class Drainer:
         self.unnamed_iseqs = 0      # ISeqs written as (unknown): gone, replaced, or superseded before the read
         self.unnamed_methods = 0    # method entries written without a name
         self.ebpf = ebpf            # set once the eBPF symbolizer is attached (session.EbpfHub)
-        self.names: dict = {}       # addr -> (the name last written for it, its at_ns): a GC move carries it
+        self.names: dict = {}       # addr -> (the name last written for it, its at_ns, its source): a GC
+                                    # move carries it; a new file takes it while eBPF says it holds
+        self.live: dict = {}        # thread serial -> its last thread record's fields (a new file lists them)
         self.births: dict = {}      # addr -> [(at_ns, name or None, instructions)], eBPF births, oldest first
         self.to_read: list = []     # [(addr, lo_ns, instructions)]: ISeqs to name by reading the target
         self.ebpf_announced = False     # the trace's ebpf_attached record is written
@@ -53,7 +55,7 @@ class Drainer:
 
     def write_iseq(self, addr: int, at_ns: int, source: str, info: dict, **extra) -> None:
         self.remote.forget(addr)    # a new ISeq here: cached facts about the address are stale
-        self.names[addr] = (info, at_ns)
+        self.names[addr] = (info, at_ns, source)
         self.writer.iseq(addr, at_ns=at_ns, source=source, **info, **extra)
 
     def name_holds(self, addr: int, at_ns: int) -> bool:
@@ -101,6 +103,12 @@ class Drainer:
         done = []
         for addr, lo, encoded in reads:
             if self.named_at_birth(addr, lo, encoded):
+                continue
+            if self.name_holds(addr, lo):
+                # named earlier (an earlier trace file: rotation), eBPF attached ever since: the name
+                # holds, no read needed; written again with its own time and source
+                info, at_ns, source = self.names[addr]
+                self.writer.iseq(addr, at_ns=at_ns, source=source, **info)
                 continue
             self.remote.forget(addr)
             try:
@@ -151,8 +159,11 @@ class Drainer:
             elif kind == "resume":
                 self.writer.ebpf_resume(ev["at_ns"])
 
-    def drain(self) -> dict:
-        d = self.sampler.drain(encode_samples=True)
+    def drain(self, reset: bool = False) -> dict:
+        """What the sampler gathered, into records. reset: the sampler starts over at once (frame and
+        stack ids from 0, every ISeq and method entry new again): the records after it go to a new
+        trace file (rotation; `restate` writes what that file needs first)."""
+        d = self.sampler.drain(encode_samples=True, reset=reset)
         w = self.writer
         if self.ebpf is not None and not self.ebpf_announced and self.ebpf.attached_ns < 1 << 63:
             self.ebpf_announced = True
@@ -165,6 +176,7 @@ class Drainer:
             self.sampler.forget_iseqs()
         for ev in d["threads"]:
             if not ev["ended"]:
+                self.live[ev["serial"]] = (ev["tid"], ev["name"], ev["start_ns"], ev["flags"], ev["at_ns"])
                 w.thread(ev["serial"], ev["tid"], ev["name"], ev["start_ns"], ev["flags"], ev["at_ns"])
         for (addr, lo), encoded in zip(d["new_iseqs"], d["new_iseq_encoded"]):
             self.to_read.append((addr, lo, encoded))
@@ -189,10 +201,27 @@ class Drainer:
             w.encoded(d["samples_record"])
         for ev in d["threads"]:
             if ev["ended"]:
+                self.live.pop(ev["serial"], None)
                 w.thread_end(ev["serial"], ev["at_ns"])
         self.spans.drain()
         w.flush()
         return d
+
+
+    def restate(self) -> None:
+        """The first records of a new trace file (rotation), after `drain(reset=True)` went to the old
+        one: the threads alive, eBPF's attach and a pause under way, the units of work still open.
+        Names come as the samples show them again (the sampler started over)."""
+        w = self.writer
+        for serial, (tid, name, start_ns, flags, at_ns) in self.live.items():
+            w.thread(serial, tid, name, start_ns, flags, at_ns)
+        if self.ebpf_announced:
+            w.ebpf_attached(self.ebpf.attached_ns, self.ebpf.attach_kind)
+            pauses = self.ebpf.pauses
+            if pauses and pauses[-1][1] is None:
+                w.ebpf_pause(pauses[-1][0], rate=0, backoff_s=0.0)
+        self.spans.restate()
+        w.flush()
 
 
 class SpanReader:
@@ -212,6 +241,7 @@ class SpanReader:
         self.lost = 0                           # events overwritten before they were read
         self.names: dict = {}                   # string id -> str (the table is append-only)
         self.early: dict = {}                   # span -> its begin event, begun before the recording
+        self.open: dict = {}                    # span -> its begin event, written and not ended yet
 
     def name(self, sid: int) -> Optional[str]:
         if sid == 0:
@@ -233,7 +263,10 @@ class SpanReader:
             if what == 1 and at_ns < self.start_ns:
                 self.early[span] = ev
                 continue
+            if what == 1:
+                self.open[span] = ev
             if what == 2:
+                self.open.pop(span, None)
                 begun = self.early.pop(span, None)
                 if at_ns < self.start_ns:
                     continue                    # over before the recording began
@@ -243,6 +276,13 @@ class SpanReader:
         if final:
             out[:0] = self.early.values()       # still open at the end: their begins
             self.early.clear()
+        self.write(out)
+
+    def restate(self) -> None:
+        """A new trace file (rotation): the begins of the units of work still open."""
+        self.write(list(self.open.values()))
+
+    def write(self, out: list) -> None:
         if not out:
             return
         cols = list(zip(*out))

@@ -21,6 +21,9 @@ class Options:
     from_start: bool = False         # the recording covers the target since it published its registry
                                      # (`record`): its requests/jobs since then are all in the trace
     children: bool = True            # attach, record: the target's descendants that run the gem too
+    rotate_s: float = 0.0            # a new trace file every this many seconds (0: one file) ...
+    rotate_bytes: int = 0            # ... or once the file holds this many bytes (0: never)
+    keep: int = 12                   # rotated files kept (the newest; older ones are removed)
 
     @classmethod
     def from_args(cls, args, **overrides) -> "Options":
@@ -31,7 +34,10 @@ class Options:
                    max_depth=getattr(args, "max_depth", d.max_depth), quiet=getattr(args, "quiet", d.quiet),
                    ebpf=not getattr(args, "no_ebpf", not d.ebpf),
                    ebpf_max_rate=getattr(args, "ebpf_max_rate", d.ebpf_max_rate),
-                   children=not getattr(args, "no_children", not d.children))
+                   children=not getattr(args, "no_children", not d.children),
+                   rotate_s=(getattr(args, "rotate", None) or (0.0, 0))[0],
+                   rotate_bytes=(getattr(args, "rotate", None) or (0.0, 0))[1],
+                   keep=getattr(args, "keep", d.keep))
         return replace(opts, **overrides)
 
 

@@ -59,21 +59,24 @@ def record(target: Target, out_path: str, opts: Options, status_stream=None, on_
     allows it, pausing its creation probes while they fire more than opts.ebpf_max_rate times a
     second (0: never pause). Returns the closing counts."""
     status_stream = status_stream or sys.stderr
-    out = open_output(out_path)
+    files = Files(out_path, opts)
+    path = files.next()
+    out = open_output(path)
     sampler = new_sampler(target, opts)
     try:
         check_readable(target.pid, target.registry, sampler)
     except SdbError:
         out.close()
-        os.unlink(out_path)
+        os.unlink(path)
         raise
-    writer = TraceWriter(out, {
+    header = {
         "pid": target.pid, "ruby": target.info["ruby"], "ruby_description": target.info["ruby_description"],
-        "layout": target.info["layout"], "rate_hz": opts.rate_hz, "start_mono_ns": _sampler.monotonic_ns(),
-        "start_wall_ns": _sampler.wall_ns(), "hostname": socket.gethostname(), "sdb_version": __version__,
-        "command": target.command, "max_depth": opts.max_depth,
-    }, batched=True)
-    tree = Tree(target, sampler, writer, opts)
+        "layout": target.info["layout"], "rate_hz": opts.rate_hz, "hostname": socket.gethostname(),
+        "sdb_version": __version__, "command": target.command, "max_depth": opts.max_depth,
+    }
+    writer = TraceWriter(out, {**header, "start_mono_ns": _sampler.monotonic_ns(), "start_wall_ns": _sampler.wall_ns()},
+                         batched=True)
+    tree = Tree(target, sampler, writer, opts, header=header, files=files, out=out)
 
     def on_stop_signal(signum, frame):
         tree.interrupt()
@@ -95,22 +98,26 @@ def record(target: Target, out_path: str, opts: Options, status_stream=None, on_
         for s, h in old.items():
             signal.signal(s, h)
         if isinstance(e, TraceWriteError):
-            raise write_failed(out_path, writer, e) from None
+            raise write_failed(files.current, tree.writer, e) from None
+        if isinstance(e, SdbError) and e.code == Exit.OUTPUT:
+            raise
         raise
     if tree.error is not None:
         for s, h in old.items():
             signal.signal(s, h)
-        raise write_failed(out_path, writer, tree.error)
+        raise write_failed(files.current, tree.writer, tree.error)
     if tree.stalled:
         d = opts.duration_s
         sys.stderr.write(f"sdb: warning: the sampler thread did not stop {d + 2 * STALL_GRACE_S:.0f} s "
                          f"into a {d:g} s recording; the trace holds what it gathered\n")
     counts = tree.counts()
     try:
-        writer.end(**counts)
+        tree.writer.end(**tree.file_counts(counts))
     except TraceWriteError as e:
-        raise write_failed(out_path, writer, e) from None
-    out.close()
+        raise write_failed(files.current, tree.writer, e) from None
+    tree.out.close()
+    files.prune()
+    counts["files"] = list(files.written)
     # our handlers stay until the end record is written: a Ctrl-C while closing only marks it interrupted
     for s, h in old.items():
         signal.signal(s, h)
@@ -133,6 +140,8 @@ class ProcessRecording:
         self.title = target.command
         self.counts: Optional[dict] = None
         self.stopped = False            # the tree's recording ended while this one ran
+        self.new_writer: Optional[TraceWriter] = None     # rotation: the next file's, until switched
+        self.switched = threading.Event()
 
     def _run(self) -> None:
         s = self.session
@@ -140,6 +149,8 @@ class ProcessRecording:
             s.start()
             while s.running():
                 s.step()
+                if self.new_writer is not None:
+                    self._switch()
             s.drain_last()
         except TraceWriteError as e:
             self.tree.failed(e)
@@ -166,6 +177,25 @@ class ProcessRecording:
         self.stopped = True
         self.session.sampler.stop()
 
+    def rotate(self, writer: TraceWriter) -> None:
+        """Go on in the next file (rotation): the thread switches at once (its drain is woken)."""
+        self.switched.clear()
+        self.new_writer = writer
+        self.session.waiter.wakeup.signal()
+
+    def _switch(self) -> None:
+        """What the sampler gathered so far goes to the old file; the sampler starts over at the same
+        moment, and the records after it go to the new one, which first gets what it needs to stand
+        alone (the threads alive, eBPF's state, the open units of work; names as samples show them)."""
+        d = self.session.drainer
+        d.drain(reset=True)
+        d.spans.drain()
+        d.writer.flush()
+        d.writer.writer = self.new_writer           # d.writer is this process's ProcessWriter
+        self.new_writer = None
+        d.restate()
+        self.switched.set()
+
 
 class Tree:
     """The recording of a process and, with opts.children, of its descendants that run the gem. The
@@ -174,10 +204,16 @@ class Tree:
     a thread of its own. The recording ends when the root's ends (its exit, the duration, a
     signal): the others are stopped then. One eBPF hub serves every process."""
 
-    def __init__(self, root: Target, sampler, writer: TraceWriter, opts: Options):
+    def __init__(self, root: Target, sampler, writer: TraceWriter, opts: Options, header: Optional[dict] = None,
+                 files: Optional["Files"] = None, out=None):
         self.root = root
         self.writer = writer
         self.opts = opts
+        self.header = header or {}
+        self.files = files
+        self.out = out                                   # the file being written
+        self.file_start = time.monotonic()
+        self.file_base: Optional[dict] = None           # the counts when this file began (rotation)
         self.hub: Optional[EbpfHub] = EbpfHub(opts.ebpf_max_rate) if opts.ebpf else None
         self.procs: Dict[int, ProcessRecording] = {}    # pid -> its recording (ended ones included)
         self.by_proc: List[ProcessRecording] = []
@@ -240,12 +276,16 @@ class Tree:
         root_pidfd = self.by_proc[0].session.waiter.fds
         ready = select_fds(fds + root_pidfd, timeout)
         if self.watch is None:
+            if self.rotation_due(time.monotonic()):
+                self.rotate()
             return
         created = self.watch.names() if self.watch.fd in ready else []
         for name in created:
             if name.startswith("sdb-") and name[4:].isdigit():
                 self.ignored.discard(int(name[4:]))     # a process that exec'd a Ruby with the gem
         now = time.monotonic()
+        if self.rotation_due(now):
+            self.rotate()
         if created or self.pending or now - self._last_scan >= SCAN_S:
             self.scan()
         if now - self._last_titles >= TITLE_S:
@@ -329,6 +369,67 @@ class Tree:
                                         ruby_description=pr.target.info["ruby_description"],
                                         layout=pr.target.info["layout"])
 
+    # ------------------------------------------------------------------ rotation
+    def rotation_due(self, now: float) -> bool:
+        o = self.opts
+        return bool((o.rotate_s and now - self.file_start >= o.rotate_s)
+                    or (o.rotate_bytes and self.writer.written >= o.rotate_bytes))
+
+    def rotate(self) -> None:
+        """Close this trace file and go on in the next: every process switches at a moment of its own
+        (its sampler starts over: no sample is lost or written twice); the old file gets its end
+        record with its own counts; files beyond opts.keep are removed."""
+        if not self.by_proc[0].thread.is_alive():
+            return
+        path = self.files.next()
+        out = open_output(path)
+        at_ns = _sampler.monotonic_ns()
+        writer = TraceWriter(out, {**self.header, "start_mono_ns": at_ns, "start_wall_ns": _sampler.wall_ns()},
+                             batched=True)
+        live = [pr for pr in self.by_proc if pr.thread.is_alive()]
+        for pr in live:
+            self._process_record(writer, pr, pr.title)
+        writer.flush()
+        for pr in live:
+            pr.rotate(writer)
+        for pr in live:
+            while not pr.switched.wait(0.1):
+                if not pr.thread.is_alive():
+                    break
+        old, old_out = self.writer, self.out
+        with old.lock:
+            self.writer, self.out = writer, out
+        now = self.counts(final=False)
+        old.end(**self.file_counts(now, at_ns, reason="rotated"))
+        self.file_base = now
+        old_out.close()
+        self.file_start = time.monotonic()
+        self.files.prune()
+
+    def _process_record(self, writer: TraceWriter, pr: "ProcessRecording", command: list) -> None:
+        t = pr.target
+        with writer.lock:
+            writer.process(pr.proc, pid=t.pid, ppid=parent_of(t.pid) or 0, parent=self._recorded_parent(t.pid),
+                           command=command, at_ns=_sampler.monotonic_ns(), ns_pid=t.ns_pid, ruby=t.info["ruby"],
+                           ruby_description=t.info["ruby_description"], layout=t.info["layout"])
+
+    def file_counts(self, counts: dict, at_ns: Optional[int] = None, reason: Optional[str] = None) -> dict:
+        """The end record of one file: the counts since it began (all of them without rotation)."""
+        c = dict(counts)
+        c.pop("files", None)
+        if at_ns is not None:
+            c["at_ns"] = at_ns
+        if reason is not None:
+            c["reason"] = reason
+        base = self.file_base
+        if base is None:
+            return c
+        for k in SUMMED + ("ticks", "late", "missed"):
+            if k in c and k != "threads":
+                c[k] = c[k] - base.get(k, 0)
+        c["unnamed"] = {k: c["unnamed"][k] - base["unnamed"][k] for k in ("iseqs", "methods")}
+        return c
+
     # ------------------------------------------------------------------ the end
     def finish(self) -> None:
         """The root's recording ended: every other process's ends now, each drained and closed."""
@@ -352,18 +453,20 @@ class Tree:
     def stalled(self) -> bool:
         return any(pr.session.stalled for pr in self.by_proc)
 
-    def counts(self) -> dict:
-        """The end record: process 0's counts, with the ones that add up summed over the processes."""
+    def counts(self, final: bool = True) -> dict:
+        """The end record: process 0's counts, with the ones that add up summed over the processes
+        (final: each recording is over; else their counts so far)."""
+        def of(pr):
+            return pr.counts if final or pr.counts is not None else pr.session.counts()
         root = self.by_proc[0]
-        c = dict(root.counts)
-        others = [pr.counts for pr in self.by_proc[1:] if pr.counts is not None]
+        c = dict(of(root))
+        others = [of(pr) for pr in self.by_proc[1:] if final is False or pr.counts is not None]
         for k in SUMMED:
             c[k] = c.get(k, 0) + sum(o.get(k, 0) for o in others)
-        c["unnamed"] = {k: root.counts["unnamed"][k] + sum(o["unnamed"][k] for o in others)
-                        for k in ("iseqs", "methods")}
+        c["unnamed"] = {k: c["unnamed"][k] + sum(o["unnamed"][k] for o in others) for k in ("iseqs", "methods")}
         c["processes"] = len(self.by_proc)
         c["processes_left_out"] = self.left_out
-        if getattr(self, "ebpf_summary", None) is not None:
+        if final and getattr(self, "ebpf_summary", None) is not None:
             c["ebpf"] = self.ebpf_summary
         if self.interrupted:
             c["reason"] = "interrupted"
@@ -372,6 +475,43 @@ class Tree:
     def live_stats(self) -> List[dict]:
         """Each recorded process's sampler stats now (status line)."""
         return [pr.session.sampler.stats() for pr in self.by_proc if pr.thread.ident is not None]
+
+
+class Files:
+    """The trace files of a recording: one at -o's path, or with rotation (opts.rotate_s or
+    rotate_bytes) one after another beside it, named after it with their start time in UTC
+    (trace.msgpack -> trace.20261126T071500Z.msgpack), the newest opts.keep kept."""
+
+    def __init__(self, path: str, opts: Options):
+        self.path = path
+        self.rotating = bool(opts.rotate_s or opts.rotate_bytes)
+        self.keep = opts.keep
+        self.written: List[str] = []
+        self.current = path
+
+    def next(self) -> str:
+        if not self.rotating:
+            path = self.path
+        else:
+            stem = self.path[:-len(".msgpack")] if self.path.endswith(".msgpack") else self.path
+            when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            path, n = f"{stem}.{when}.msgpack", 1
+            while path in self.written or os.path.exists(path):
+                path, n = f"{stem}.{when}-{n}.msgpack", n + 1
+        self.written.append(path)
+        self.current = path
+        return path
+
+    def prune(self) -> None:
+        """Remove this recording's files beyond the newest `keep` (never another's)."""
+        if not self.rotating:
+            return
+        while len(self.written) > self.keep:
+            old = self.written.pop(0)
+            try:
+                os.unlink(old)
+            except FileNotFoundError:
+                pass
 
 
 def select_fds(fds: List[int], timeout: float) -> List[int]:

@@ -18,7 +18,10 @@ import msgpack
 
 __version__ = "0.1.0"   # sdb's version, for every Python package (pyproject.toml reads it here); the gem's is gem/lib/sdb/version.rb
 MAGIC = "sdb-trace"
-VERSION = 2            # 2: several processes in one trace (`process`, `in`, `process_end` records)
+VERSION = 3            # 2: several processes in one trace (`process`, `in`, `process_end` records);
+                       # 3: the records after the header may be one zstd stream
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+ZSTD_LEVEL = 3          # ~2.8 bytes a sample on a Rails app's trace (benchmarks/RESULTS.md, trace_size)
 
 # A trace may hold several processes (a process tree: a puma master and its workers). Each has its
 # own ids (thread serials, frame, stack and span ids, addresses); records after an `in` record belong
@@ -78,12 +81,14 @@ class TraceWriter:
     """Appends records to an open binary file; flushes after every batch.
 
     batched: records are gathered in memory and written at `flush()` (once per batch: the sidecar's
-    file is unbuffered); else each record is written as it comes. If a write fails, the file is
-    truncated back to the end of the last batch flushed whole (so it ends between two records and
-    reads as a recording cut short), `TraceWriteError` is raised once, and every later record is
-    dropped (so code cleaning up after the failure does not fail again)."""
+    file is unbuffered); else each record is written as it comes. compress: the records after the
+    header go through one zstd stream, each write a whole block the reader can decode however the
+    file ends (`end` closes the frame). If a write fails, the file is truncated back to the end of
+    the last batch flushed whole (so it ends between two records and reads as a recording cut
+    short), `TraceWriteError` is raised once, and every later record is dropped (so code cleaning
+    up after the failure does not fail again)."""
 
-    def __init__(self, out: IO[bytes], header: dict, batched: bool = False):
+    def __init__(self, out: IO[bytes], header: dict, batched: bool = False, compress: bool = True):
         self._out = out
         self._packer = msgpack.Packer(unicode_errors="replace")
         self._buf = bytearray()
@@ -93,11 +98,17 @@ class TraceWriter:
         self.failed: Optional[OSError] = None
         self._proc = 0                      # the process the records written now belong to
         self.lock = threading.RLock()       # held by a ProcessWriter while it writes (one thread per process)
+        self._z = None
         rec = {"t": "header", "magic": MAGIC, "version": VERSION}
         rec.update(header)
         self.start_mono_ns = rec.get("start_mono_ns")
         self._write(rec)
         self.flush()
+        if compress and out is not None:
+            import zstandard
+            self._z = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compressobj()
+            self._zflush = zstandard.COMPRESSOBJ_FLUSH_BLOCK
+            self._zfinish = zstandard.COMPRESSOBJ_FLUSH_FINISH
 
     def _write(self, rec: dict) -> None:
         self._put(self._packer.pack(rec))
@@ -107,10 +118,16 @@ class TraceWriter:
         if not self._batched:
             self._send()
 
-    def _send(self) -> None:
+    def _send(self, finish: bool = False) -> None:
         if self.failed is not None:
             self._buf.clear()
             return
+        if self._z is not None and (self._buf or finish):
+            raw = bytes(self._buf)
+            self._buf.clear()
+            self._buf += self._z.compress(raw) + self._z.flush(self._zfinish if finish else self._zflush)
+            if finish:
+                self._z = None
         n = len(self._buf)
         data = memoryview(self._buf)
         try:
@@ -223,10 +240,10 @@ class TraceWriter:
         rec = {"t": "end"}
         rec.update(counts)
         self._write(rec)
-        self.flush()
+        self.flush(finish=True)
 
-    def flush(self) -> None:
-        self._send()
+    def flush(self, finish: bool = False) -> None:
+        self._send(finish)
         if self.failed is not None:
             return
         try:
@@ -412,10 +429,11 @@ class TraceReader:
         except OSError as e:
             raise TraceError(f"cannot open {path}: {e.strerror}") from None
         self.size = os.fstat(self._f.fileno()).st_size
-        self._unpacker = msgpack.Unpacker(raw=False, unicode_errors="replace",
-                                          strict_map_key=False, max_buffer_size=0)
         self.complete = False  # set once an `end` record has been read
         self.end: Optional[dict] = None
+        self._zd = None        # the records' zstd stream (version 3), decoded as read
+        self._fed = 0          # bytes handed to the unpacker so far
+        self._unpacker = self._new_unpacker()
         first = self._next()
         if (first is None or not isinstance(first, dict) or first.get("t") != "header"
                 or first.get("magic") != MAGIC):
@@ -431,6 +449,30 @@ class TraceReader:
             raise Corrupt(f"{path}: corrupt header ({why})")
         self.header = first
         self.offset = 0          # where the record last yielded by records() starts
+        # the records after the header: plain msgpack (byte offsets in messages are the file's), or
+        # (version 3) one zstd stream (offsets are then those of the records as decompressed)
+        if version >= 3:
+            here = self._f.tell()
+            self._f.seek(self._unpacker.tell())
+            peek = self._f.read(4)
+            compressed = bool(peek) and ZSTD_MAGIC.startswith(peek)    # (a file cut inside the magic too)
+            self._f.seek(here)
+            if compressed:
+                try:
+                    import zstandard
+                except ImportError:
+                    raise TraceError(f"{path} is compressed (zstd) and the zstandard Python module is missing: "
+                                     f"pip install zstandard") from None
+                self._zerror = zstandard.ZstdError
+                self._zd = zstandard.ZstdDecompressor().decompressobj()
+                self._zmod = zstandard
+                self._f.seek(self._unpacker.tell())
+                self._unpacker = self._new_unpacker()
+                self._fed = 0
+
+    @staticmethod
+    def _new_unpacker():
+        return msgpack.Unpacker(raw=False, unicode_errors="replace", strict_map_key=False, max_buffer_size=0)
 
     def close(self) -> None:
         self._f.close()
@@ -441,6 +483,22 @@ class TraceReader:
     def __exit__(self, *exc):
         self.close()
 
+    def _chunk(self, start: int) -> bytes:
+        """The next bytes of the records (decoded), b"" at the end of the file."""
+        raw = self._f.read(_CHUNK)
+        if self._zd is None or not raw:
+            return raw
+        out = []
+        try:
+            while raw:
+                out.append(self._zd.decompress(raw))
+                raw = self._zd.unused_data if self._zd.eof else b""
+                if raw:     # another frame follows the one that ended
+                    self._zd = self._zmod.ZstdDecompressor().decompressobj()
+        except self._zerror as e:
+            raise Corrupt(f"{self.path}: corrupt compressed data after record byte {start} ({e})") from None
+        return b"".join(out)
+
     def _next(self):
         """The next object, None at a clean end of file; raises Truncated/Corrupt."""
         start = self._unpacker.tell()  # where this record starts (tell() moves inside a partial one)
@@ -448,12 +506,13 @@ class TraceReader:
             try:
                 return self._unpacker.unpack()
             except msgpack.OutOfData:
-                chunk = self._f.read(_CHUNK)
+                chunk = self._chunk(start)
                 if not chunk:
-                    if start < self.size:
+                    if start < self._fed:
                         raise Truncated(f"{self.path}: truncated at byte {start} "
                                         f"(the file ends inside a record)") from None
                     return None
+                self._fed += len(chunk)
                 self._unpacker.feed(chunk)
             except (msgpack.FormatError, msgpack.StackError, ValueError, TypeError) as e:
                 raise Corrupt(f"{self.path}: corrupt at byte {start} ({e})") from None

@@ -4,18 +4,36 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+import zstandard
 
 from conftest import assert_one_error_line, record_program, run_symbolize
-from sdb_trace import TraceWriter
+from sdb_trace import VERSION, TraceWriter
 
 NO_TRACE, NEWER, TRUNCATED, CORRUPT, OUTPUT = 20, 21, 22, 23, 24
 
 
+def plain(path) -> bytes:
+    """A trace the sidecar wrote (format 3: zstd after the header) with its records as plain msgpack:
+    a trace as valid, whose bytes these tests cut between and inside records."""
+    with open(path, "rb") as f:
+        data = f.read()
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=0)
+    unpacker.feed(data)
+    unpacker.unpack()
+    head = unpacker.tell()
+    rest = data[head:]
+    if rest[:4] == b"\x28\xb5\x2f\xfd":
+        rest = zstandard.ZstdDecompressor().decompressobj().decompress(rest)
+    return data[:head] + rest
+
+
 @pytest.fixture(scope="module")
 def real_trace(tmp_path_factory):
-    """A 2.5 s recording of parked.rb (a batch every 0.5 s): its bytes and its records' (start, end, type) spans."""
+    """A 2.5 s recording of parked.rb (a batch every 0.5 s): its bytes (its records as plain msgpack)
+    and its records' (start, end, type) spans."""
     path = record_program(tmp_path_factory.mktemp("symbolize"), "parked.rb", duration_s=2.5)
-    data = path.read_bytes()
+    data = plain(path)
+    path.write_bytes(data)
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=0)
     unpacker.feed(data)
     spans = []
@@ -183,7 +201,7 @@ def test_missing_file_exits_20(tmp_path):
 def write_small_trace(path, header_extra=None):
     with open(path, "wb") as f:
         w = TraceWriter(f, {"pid": 1, "ruby": "3.1.2", "rate_hz": 1000, "start_mono_ns": 0, "start_wall_ns": 0,
-                            "max_depth": 10, **(header_extra or {})})
+                            "max_depth": 10, **(header_extra or {})}, compress=False)
         w.thread(1, 101, "t1", 0, 0, 0)
         w.iseq(0x1000, "foo", "foo", "a.rb", None, 1, 1, 0)
         w.frames(0, [0], [0x1000], [0x1008], [0], [3])
@@ -201,7 +219,7 @@ def test_newer_format_version_exits_21_and_says_upgrade(tmp_path):
     unpacker.feed(data)
     header = unpacker.unpack()
     rest = data[unpacker.tell():]
-    assert header["version"] == 1
+    assert header["version"] == VERSION
     header["version"] = 99
     path.write_bytes(msgpack.packb(header) + rest)
     result = run_symbolize(str(path))
@@ -231,7 +249,7 @@ def test_small_trace_symbolizes_to_the_expected_collapsed_line(tmp_path):
 def write_trace_with(path, stacks, sample_stacks, samples_record=None):
     with open(path, "wb") as f:
         w = TraceWriter(f, {"pid": 1, "ruby": "3.1.2", "rate_hz": 1000, "start_mono_ns": 0, "start_wall_ns": 0,
-                            "max_depth": 10})
+                            "max_depth": 10}, compress=False)
         w.thread(1, 101, "t1", 0, 0, 0)
         w.iseq(0x1000, "foo", "foo", "a.rb", None, 1, 1, 0)
         w.frames(0, [0], [0x1000], [0x1008], [0], [3])

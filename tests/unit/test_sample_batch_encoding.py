@@ -17,7 +17,7 @@ EDGES = [0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1, 2*
 
 def python_encoding(t_ns, thread, stack, state, win_us, span, tick) -> bytes:
     out = io.BytesIO()
-    w = TraceWriter(out, {"pid": 1})
+    w = TraceWriter(out, {"pid": 1}, compress=False)
     start = out.tell()
     base = t_ns[0]
     w.samples(base, [t - base for t in t_ns], thread, stack, state, win_us, span, tick)

@@ -17,10 +17,12 @@ HEADER = {"pid": 4242, "ruby": "3.1.2", "ruby_description": "ruby 3.1.2p20", "la
           "sdb_version": "0.1.0", "command": ["ruby", "app.rb"], "max_depth": 2048}
 
 
-def write_small_trace(path, end: bool = True) -> bytes:
-    """Two threads, three frames (one a C function), two stacks, two sample batches, an end."""
+def write_small_trace(path, end: bool = True, compress: bool = False) -> bytes:
+    """Two threads, three frames (one a C function), two stacks, two sample batches, an end. Plain
+    msgpack records (the byte-level tests cut and damage them at record boundaries) unless `compress`
+    (format 3: a zstd stream after the header, as the sidecar writes)."""
     buf = io.BytesIO()
-    w = TraceWriter(buf, HEADER)
+    w = TraceWriter(buf, HEADER, compress=compress)
     w.thread(1, 4242, "main", 10, 3, 20)
     w.thread(2, 4243, "worker", 11, 0, 20)
     w.iseq(0x1000, "foo", "foo", "/app/a.rb", None, 1, 1, 20)
@@ -185,6 +187,42 @@ def test_every_truncation_of_a_small_trace_never_raises_anything_but_truncated_o
                 list(r.records())
             load_tables(str(path))
         except (Truncated, NotATrace):
+            pass
+
+
+def test_every_truncation_of_a_compressed_trace_keeps_the_records_before_the_cut(tmp_path, mem_trace):
+    # GIVEN a small trace written compressed (format 3), cut at every byte offset
+    data = write_small_trace(tmp_path / "full.msgpack", compress=True)
+    full = read_all(tmp_path / "full.msgpack")
+    assert data[len(msgpack.packb(full[0])):][:4] == b"\x28\xb5\x2f\xfd", "not a zstd stream after the header"
+    longest = 0
+    for n in range(1, len(data)):
+        path = mem_trace.write(data[:n])
+        recs = []
+        # WHEN it is read record by record
+        try:
+            with TraceReader(str(path)) as r:
+                recs = [r.header]
+                for rec in r.records():
+                    recs.append(rec)
+        except (Truncated, NotATrace):
+            pass                                # the only errors a cut may give
+        # THEN what it reads is the records before the cut, never one that was not written
+        assert recs == full[:len(recs)], n
+        longest = max(longest, len(recs))
+    assert longest >= len(full) - 1             # a late cut still gives every record written before it
+
+
+def test_a_damaged_byte_of_a_compressed_trace_is_corrupt_or_truncated_never_another_error(tmp_path, mem_trace):
+    data = write_small_trace(tmp_path / "full.msgpack", compress=True)
+    start = len(msgpack.packb(read_all(tmp_path / "full.msgpack")[0]))
+    for at in range(start, len(data)):
+        path = mem_trace.write(data[:at] + bytes([data[at] ^ 0x5a]) + data[at + 1:])
+        try:
+            with TraceReader(str(path)) as r:
+                list(r.records())
+            load_tables(str(path))
+        except (Truncated, Corrupt):
             pass
 
 

@@ -24,6 +24,12 @@ def add_recording_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds to record (default: until Ctrl-C or the target exits)")
     p.add_argument("-o", "--output", default="trace.msgpack", help="trace file (default trace.msgpack)")
     add_depth_argument(p)
+    p.add_argument("--rotate", type=rotation, metavar="TIME|SIZE",
+                   help="always on: close the trace and start the next every TIME (`10m`, `1h`, `30s`) or once it "
+                        "holds SIZE (`100MB`, `1GB`); each file is complete on its own, named after -o with its "
+                        "start time (trace.20261126T071500Z.msgpack)")
+    p.add_argument("--keep", type=positive_int, default=DEFAULTS.keep, metavar="N",
+                   help=f"with --rotate: keep the newest N files, remove older ones (default {DEFAULTS.keep})")
     p.add_argument("--quiet", "-q", action="store_true", help="no status line")
     p.add_argument("--no-children", action="store_true",
                    help="record this process alone (default: also every descendant that runs the sdb gem, such "
@@ -44,6 +50,41 @@ def add_recording_arguments(p: argparse.ArgumentParser) -> None:
 def add_depth_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-depth", type=int, default=DEFAULTS.max_depth,
                    help=f"frames read per stack at most (default {DEFAULTS.max_depth})")
+
+
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0: {text!r}")
+    return v
+
+
+_TIME_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_SIZE_UNITS = {"kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1024.0, "mib": 1024.0 ** 2, "gib": 1024.0 ** 3}
+
+
+def rotation(text: str):
+    """`10m`, `1h`, `30s`, `2d` -> (seconds, 0); `100MB`, `1GB`, `512MiB` -> (0, bytes)."""
+    t = text.strip().lower()
+    for units, as_size in ((_SIZE_UNITS, True), (_TIME_UNITS, False)):
+        for unit in sorted(units, key=len, reverse=True):
+            if t.endswith(unit):
+                try:
+                    v = float(t[:-len(unit)]) * units[unit]
+                except ValueError:
+                    break
+                if v > 0 and v != float("inf"):
+                    if as_size:
+                        if v < 64 * 1024:
+                            raise argparse.ArgumentTypeError(f"--rotate {text}: at least 64KiB")
+                        return 0.0, int(v)
+                    if v < 1:
+                        raise argparse.ArgumentTypeError(f"--rotate {text}: at least 1s")
+                    return v, 0
+    raise argparse.ArgumentTypeError(f"not a time or size: {text!r} (say 10m, 1h, 100MB)")
 
 
 def positive_float(text: str) -> float:
@@ -123,25 +164,31 @@ START_CWD = _start_cwd()
 
 
 def finish_recording(args, counts: dict) -> int:
-    """After attach/record: run sdb-symbolize (--format), or print the commands to run.
-    Returns sdb-symbolize's exit code (0 when it was not run)."""
+    """After attach/record: run sdb-symbolize (--format) on each trace file kept, or print the
+    commands to run. Returns sdb-symbolize's exit code (0 when it was not run)."""
+    files = counts.get("files") or [args.output]
+    where = files[0] if len(files) == 1 else f"{len(files)} files ({files[0]} ... {files[-1]})"
     if args.format:
-        out = profile_path(args.output, args.format)
-        cmd = [sys.executable, "-m", "sdb_symbolize.cli", args.output, "--format", args.format, "-o", out]
-        try:
-            rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, cwd=START_CWD).returncode
-        except OSError as e:    # could not even start it (fork or exec failed): say so, keep the trace
-            sys.stderr.write(f"sdb: cannot run sdb-symbolize ({e.strerror}); the trace is kept: {args.output}; "
-                             f"run: {' '.join(symbolize_command(args.output, args.format))}\n")
-            return 1
+        rc = 0
+        for trace in files:
+            out = profile_path(trace, args.format)
+            cmd = [sys.executable, "-m", "sdb_symbolize.cli", trace, "--format", args.format, "-o", out]
+            try:
+                rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, cwd=START_CWD).returncode or rc
+            except OSError as e:    # could not even start it (fork or exec failed): say so, keep the trace
+                sys.stderr.write(f"sdb: cannot run sdb-symbolize ({e.strerror}); the trace is kept: {trace}; "
+                                 f"run: {' '.join(symbolize_command(trace, args.format))}\n")
+                return 1
         if rc != 0:
-            sys.stderr.write(f"sdb: sdb-symbolize failed (exit {rc}); the trace is kept: {args.output}\n")
+            sys.stderr.write(f"sdb: sdb-symbolize failed (exit {rc}); the trace is kept: {where}\n")
         elif not args.quiet:
             sys.stderr.write(f"sdb: wrote {counts['samples']} samples of {of_what(counts)} to "
-                             f"{args.output} ({ending(counts, args)}), the {args.format} profile to {out}\n")
+                             f"{where} ({ending(counts, args)}), the {args.format} profile"
+                             f"{'s' if len(files) > 1 else ''} beside {'them' if len(files) > 1 else 'it'}: "
+                             f"{profile_path(files[-1], args.format)}\n")
         return rc
     if not args.quiet:
-        print_next_steps(args.output, counts, args)
+        print_next_steps(files[-1] if len(files) > 1 else args.output, counts, args, where)
     return 0
 
 
@@ -173,11 +220,12 @@ def ending(counts: dict, args) -> str:
     return words
 
 
-def print_next_steps(output: str, counts: dict, args=None) -> None:
+def print_next_steps(output: str, counts: dict, args=None, where: str = "") -> None:
     formats = symbolizer_formats()
     suggested = [f for f in SUGGESTED_FORMATS if f in formats] or sorted(formats)[:1] or ["collapsed"]
-    lines = [f"sdb: wrote {counts['samples']} samples of {of_what(counts)} to {output} "
+    lines = [f"sdb: wrote {counts['samples']} samples of {of_what(counts)} to {where or output} "
              f"({ending(counts, args)})",
-             "sdb: next, make a profile with one of:"]
+             "sdb: next, make a profile with one of:" if not where or where == output else
+             f"sdb: next, make a profile of each (here the newest) with one of:"]
     lines += ["  " + shlex.join(symbolize_command(output, f)) for f in suggested]
     sys.stderr.write("\n".join(lines) + "\n")
