@@ -10,6 +10,7 @@
   benchmarks/run.py ... --only boot_real                                          # issue #13 rubocop's boot under record (~5 min)
   benchmarks/run.py ... --only gc_alloc                                           # issue #17 allocation with the gem, 3.1 GC (~3 min)
   benchmarks/run.py ... --only fork_cost                                          # issue #18 fork + exit! with the gem (~3 min)
+  benchmarks/run.py ... --only always_on                                          # issue #18 30 min left on: RSS, bytes a sample
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import always_on  # noqa: E402
 import boot_real  # noqa: E402
 import boot_symbolizer  # noqa: E402
 import busy_pace  # noqa: E402
@@ -37,7 +39,7 @@ import symbolize_formats  # noqa: E402
 
 BENCHMARKS = {m.NAME: m for m in (sample_cost, sidecar_cpu, busy_pace, cpu_micro, rails_overhead,
                                    symbolize_formats, boot_symbolizer, ebpf_pause_cost, first_sample, boot_real,
-                                   gc_alloc, fork_cost, span_cost)}
+                                   gc_alloc, fork_cost, span_cost, always_on)}
 
 
 def main() -> int:

@@ -220,6 +220,7 @@ class Tree:
         self.pending: Dict[int, float] = {}             # pid -> when first seen without a ready registry
         self.ignored: set = set()                        # pids that are not Ruby, or run no (enabled) gem
         self.left_out = 0                                # processes of the tree that run the gem, not recorded
+        self.too_short = 0                               # Ruby processes of the tree gone before they could be
         self.error: Optional[TraceWriteError] = None
         self.interrupted = False
         self.start_ns = writer.start_mono_ns
@@ -304,6 +305,7 @@ class Tree:
         gone = [pid for pid in self.pending if not os.path.exists(f"/proc/{pid}")]
         for pid in gone:
             del self.pending[pid]
+            self.too_short += 1
 
     def _try(self, pid: int) -> None:
         now = time.monotonic()
@@ -312,7 +314,8 @@ class Tree:
             target = open_target(pid, wait_s=0)
         except SdbError as e:
             if e.code in (Exit.NOT_RUBY, Exit.NO_SUCH_PROCESS):
-                self.pending.pop(pid, None)
+                if self.pending.pop(pid, None) != now and e.code == Exit.NO_SUCH_PROCESS:
+                    self.too_short += 1             # a Ruby process tried before: gone before it was ready
                 self.ignored.add(pid)
             elif now - first > PENDING_GIVE_UP_S or e.code in (Exit.FOREIGN_REGISTRY, Exit.PERMISSION):
                 self.pending.pop(pid, None)
@@ -466,6 +469,7 @@ class Tree:
         c["unnamed"] = {k: c["unnamed"][k] + sum(o["unnamed"][k] for o in others) for k in ("iseqs", "methods")}
         c["processes"] = len(self.by_proc)
         c["processes_left_out"] = self.left_out
+        c["processes_too_short"] = self.too_short
         if final and getattr(self, "ebpf_summary", None) is not None:
             c["ebpf"] = self.ebpf_summary
         if self.interrupted:

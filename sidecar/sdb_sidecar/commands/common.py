@@ -200,6 +200,8 @@ def of_what(counts: dict) -> str:
         text += f" in {n} processes"
     if counts.get("processes_left_out"):
         text += f" ({counts['processes_left_out']} more running the gem not recorded)"
+    if counts.get("processes_too_short"):
+        text += f" ({counts['processes_too_short']} more gone before they could be recorded)"
     return text
 
 

@@ -1,0 +1,87 @@
+"""Always-on recording: `attach --rotate` closes the trace and starts the next, each file complete on
+its own (sdb-symbolize reads it alone, every frame named), the files together holding what one
+unrotated recording of the same seconds holds; only the newest --keep N stay."""
+from __future__ import annotations
+
+import glob
+import subprocess
+import time
+
+import pytest
+
+from conftest import REPO, SYMBOLIZE, samples_so_far, wait_for
+from sdb_trace import load_tables
+
+pytestmark = pytest.mark.once       # the sidecar's own work: the same on every Ruby
+
+SECONDS = 35
+
+
+def files_of(stem) -> list:
+    return sorted(glob.glob(f"{stem}.*.msgpack"))
+
+
+def test_rotated_files_each_stand_alone_and_add_up_to_one_unrotated_recording(ruby_target, sidecar_process, tmp_path):
+    # GIVEN a program with threads busy, asleep and waiting, recorded for 35 s by two sidecars at once:
+    # one into a single trace, one with --rotate 10s
+    target = ruby_target("eight_threads.rb")
+    one, stem = tmp_path / "one.msgpack", tmp_path / "rot"
+    plain = sidecar_process("attach", "--pid", str(target.pid), "-o", str(one), "-d", str(SECONDS), "-q",
+                            "--no-ebpf")
+    rotating = sidecar_process("attach", "--pid", str(target.pid), "-o", f"{stem}.msgpack", "-d", str(SECONDS),
+                               "-q", "--no-ebpf", "--rotate", "10s")
+    for p in (plain, rotating):
+        _, err = p.communicate(timeout=SECONDS + 120)
+        assert p.returncode == 0, err
+    # THEN four files (10 s each, and the last 5 s), each a complete trace
+    files = files_of(stem)
+    assert len(files) == 4, files
+    total = 0
+    for k, f in enumerate(files):
+        t = load_tables(f)
+        assert t.error is None and t.end is not None, (f, t.error)
+        assert t.end["reason"] == ("rotated" if k < len(files) - 1 else "duration"), t.end
+        assert t.sample_count > 0 and t.end["samples"] == t.sample_count, (f, t.end["samples"], t.sample_count)
+        total += t.sample_count
+        # AND each is read alone, every frame of it named from its own records
+        r = subprocess.run([*SYMBOLIZE, f, "--idle", "--no-lines"], capture_output=True, text=True, timeout=300,
+                           cwd=str(REPO))
+        assert r.returncode == 0 and r.stderr == "", (f, r.stderr)
+        assert "(unknown" not in r.stdout and "(C function)" not in r.stdout, (f, r.stdout[:2000])
+        assert "thread busy_thread (tid " in r.stdout, (f, r.stdout[:2000])
+    # AND together they hold the samples of the one unrotated recording of the same seconds
+    single = load_tables(str(one)).sample_count
+    assert abs(total - single) <= 0.02 * single, (total, single)
+
+
+def test_keep_leaves_the_newest_files_only(ruby_target, sidecar_process, tmp_path):
+    target = ruby_target("eight_threads.rb")
+    stem = tmp_path / "rot"
+    p = sidecar_process("attach", "--pid", str(target.pid), "-o", f"{stem}.msgpack", "-d", "600", "-q", "--no-ebpf",
+                        "--rotate", "1s", "--keep", "2")
+    wait_for(lambda: len(files_of(stem)) >= 2 and samples_so_far(files_of(stem)[-1]) > 0, 120,
+             what="two files")
+    first = files_of(stem)[0]
+    wait_for(lambda: first not in files_of(stem), 120, interval=0.2, what="the oldest file removed")
+    time.sleep(0.5)
+    p.send_signal(2)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    files = files_of(stem)
+    assert len(files) == 2, files
+    assert all(load_tables(f).end is not None for f in files)
+
+
+def test_size_rotation_starts_a_new_file_once_one_holds_the_size(ruby_target, sidecar_process, tmp_path):
+    target = ruby_target("eight_threads.rb")
+    stem = tmp_path / "rot"
+    p = sidecar_process("attach", "--pid", str(target.pid), "-o", f"{stem}.msgpack", "-d", "600", "-q", "--no-ebpf",
+                        "--rotate", "64KiB", "-r", "5000")
+    wait_for(lambda: len(files_of(stem)) >= 3, 180, interval=0.2, what="three files")
+    p.send_signal(2)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    files = files_of(stem)
+    for f in files[:-1]:
+        t = load_tables(f)
+        assert t.end is not None and t.end["reason"] == "rotated" and t.error is None
