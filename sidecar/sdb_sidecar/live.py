@@ -124,6 +124,25 @@ class View:
     unknown: int
 
 
+def merge_views(views: List[View]) -> View:
+    """One view of several processes' (a process tree): rows of the same function or line added up."""
+    if len(views) == 1:
+        return views[0]
+    rows: Dict[tuple, Row] = {}
+    for v in views:
+        for r in v.rows:
+            have = rows.get(r.key)
+            if have is None:
+                rows[r.key] = Row(r.key, r.own, r.total)
+            else:
+                have.own += r.own
+                have.total += r.total
+    return View(rows=list(rows.values()), samples=sum(v.samples for v in views),
+                threads=sum(v.threads for v in views), running=sum(v.running for v in views),
+                gvl_wait=sum(v.gvl_wait for v in views), blocked=sum(v.blocked for v in views),
+                unknown=sum(v.unknown for v in views))
+
+
 @dataclass
 class Settings:
     sort: int = 0          # index into SORT_COLUMNS
@@ -161,8 +180,9 @@ def screen_lines(info: dict, view: View, st: Settings, width: int, height: int) 
     state = "  [paused]" if st.paused else ""
     if info.get("exited"):
         state = "  [exited]"
+    procs = info.get("processes", 1)
     head = [
-        f"sdb top: pid {info['pid']}  {info['command']}",
+        f"sdb top: pid {info['pid']}  {info['command']}" + (f"  (+{procs - 1} child processes)" if procs > 1 else ""),
         f"Ruby {info['ruby']}   sampling {info['rate_hz']:g} Hz (achieved {info['achieved_hz']:.0f})   "
         f"window {info['window_s']:g} s   samples {view.samples}{state}",
         f"Threads: {view.threads}   running {view.running}, waiting for GVL {view.gvl_wait}, "

@@ -121,3 +121,20 @@ def test_top_errors_are_attachs_errors(tmp_path):
     r = subprocess.run([*SIDECAR, "top", "--pid", "999999999"], capture_output=True, text=True, cwd=str(REPO))
     assert r.returncode == 3, r.stderr
     assert r.stderr.startswith("sdb-sidecar: error: no process with pid 999999999"), r.stderr
+
+
+def test_top_counts_a_process_and_the_children_it_forks_in_one_table(ruby_target, tmux):
+    # GIVEN a parent that forks two children, each running a method of its own
+    from test_process_tree import Tree
+    tree = Tree(ruby_target("forking_tree.rb"))
+    top = shlex.join([*SIDECAR, "top", "--pid", str(tree.t.pid)])
+    tmux.type_line(top)
+    tmux.wait_screen(lambda s: f"sdb top: pid {tree.t.pid}" in s, "top's header")
+    for name in ("a", "b"):
+        tree.fork(name)
+        tree.go(name)
+    # THEN both children's methods are in the table, and the header counts the child processes
+    screen = tmux.wait_screen(lambda s: "(+2 child processes)" in s and "work_in_a" in s and "work_in_b" in s,
+                              "both children's work", timeout=60)
+    assert re.search(r"Threads: 3 ", screen), screen
+    tmux.send("q")

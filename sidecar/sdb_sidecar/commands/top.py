@@ -10,13 +10,15 @@ import time
 from .. import _sampler
 from ..errors import Exit, SdbError
 from ..options import TOP_RATE_HZ, TOP_WINDOW_S, Options
-from ..live import LiveProfile, Settings, TABLE_HEAD, command_text, screen_lines
+from ..live import LiveProfile, Settings, TABLE_HEAD, command_text, merge_views, screen_lines
 from ..process import alive
 from ..session import DRAIN_INTERVAL_S, Session, new_sampler
 from ..target import check_readable, open_target, permission_error
+from ..tree import descendants
 from .common import add_depth_argument, positive_float
 
 REFRESH_S = 1.0
+TREE_S = 1.0            # the process's descendants are looked at this often (their processes join the view)
 SORT_KEYS = {ord("1"): 0, ord("2"): 1, ord("3"): 2, ord("4"): 3, ord("o"): 0, ord("t"): 1}
 
 
@@ -33,6 +35,9 @@ class TopCommand:
                        help=f"samples per second (default {TOP_RATE_HZ:g})")
         p.add_argument("--window", "-w", type=positive_float, default=TOP_WINDOW_S,
                        help=f"seconds of samples the table counts (default {TOP_WINDOW_S:g})")
+        p.add_argument("--no-children", action="store_true",
+                       help="watch this process alone (default: also its descendants that run the sdb gem, such as "
+                            "puma's workers, in one table)")
         add_depth_argument(p)
 
     @staticmethod
@@ -52,8 +57,9 @@ class TopCommand:
                                                else "")}
         old = {s: signal.signal(s, _quit) for s in (signal.SIGTERM, signal.SIGHUP)}
         session.start()
+        screen = Screen(session, live, info, opts, children=not args.no_children)
         try:
-            curses.wrapper(Screen(session, live, info).loop)
+            curses.wrapper(screen.loop)
         except (_Quit, KeyboardInterrupt):
             pass
         except curses.error as e:
@@ -62,8 +68,9 @@ class TopCommand:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
-            session.abort()
-            session.close()
+            for sess, _ in screen.watched:
+                sess.abort()
+                sess.close()
         if session.reason() == "permission":
             raise permission_error(target.pid, PermissionError(1, "Operation not permitted"))
         return 0
@@ -78,14 +85,46 @@ def _quit(signum, frame):
 
 
 class Screen:
-    def __init__(self, session: Session, live: LiveProfile, info: dict):
+    """The screen, and what it watches: the process, and (children) each descendant that runs the gem,
+    each with its own Session and LiveProfile; the table counts them all together."""
+
+    def __init__(self, session: Session, live: LiveProfile, info: dict, opts: Options = None, children: bool = False):
         self.session = session
         self.sampler = session.sampler
         self.live = live
         self.info = info
+        self.opts = opts
+        self.children = children
+        self.watched = [(session, live)]
+        self.seen = {session.target.pid}
+        self.last_tree = 0.0
         self.settings = Settings()
         self.lines = []
         self.exited_ns = 0      # when the target was seen gone: the window stops moving there
+
+    def follow(self) -> None:
+        """Watch the descendants that run the gem and are not watched yet (others are left alone)."""
+        now = time.monotonic()
+        if not self.children or now - self.last_tree < TREE_S:
+            return
+        self.last_tree = now
+        for pid in descendants(self.info["pid"]):
+            if pid in self.seen:
+                continue
+            try:
+                target = open_target(pid, wait_s=0)
+                sampler = new_sampler(target, self.opts)
+                check_readable(pid, target.registry, sampler)
+            except SdbError as e:
+                if e.code not in (Exit.NO_GEM, Exit.REGISTRY_FORMAT, Exit.GEM_DISABLED):
+                    self.seen.add(pid)      # not Ruby, gone, refused: not looked at again
+                continue
+            self.seen.add(pid)
+            live = LiveProfile({"pid": pid, "ruby": target.info["ruby"], "rate_hz": self.opts.rate_hz},
+                               self.live.window_ns / 1e9)
+            session = Session(target, sampler, live, self.opts)
+            session.start()
+            self.watched.append((session, live))
 
     def loop(self, scr) -> None:
         try:
@@ -98,6 +137,10 @@ class Screen:
             key = scr.getch()
             if key in (ord("q"), ord("Q")):
                 return
+            for sess, _ in self.watched[1:]:
+                if sess.running():
+                    sess.step(wait=False)
+            self.follow()
             if self.session.running() or not self.info["exited"]:
                 self.session.step(wait=False)       # the keyboard's timeout paces the drains
                 if not self.session.running() or not alive(self.info["pid"]):
@@ -130,7 +173,11 @@ class Screen:
         stats = self.sampler.stats()
         if stats["ticks"] > 1 and stats["last_tick_ns"] > stats["start_ns"]:
             self.info["achieved_hz"] = (stats["ticks"] - 1) * 1e9 / (stats["last_tick_ns"] - stats["start_ns"])
-        view = self.live.view(self.exited_ns or _sampler.monotonic_ns(), self.settings.lines, self.settings.idle)
+        now = self.exited_ns or _sampler.monotonic_ns()
+        views = [live.view(now, self.settings.lines, self.settings.idle) for sess, live in self.watched
+                 if sess is self.session or sess.running()]
+        view = merge_views(views)
+        self.info["processes"] = len(views)
         self.lines = screen_lines(self.info, view, self.settings, w, h)
 
     def draw(self, scr) -> None:
