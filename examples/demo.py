@@ -1,10 +1,11 @@
 """make demo: boot the Rails benchmark app, load it with wrk, record it with sdb for a few seconds,
-print its top stacks.
+print its top stacks; then the same app in puma's cluster mode (a master and 2 workers), recorded by
+attaching to the master alone: every worker is recorded too, each process on its own.
 
   examples/demo.py --gem-home build/gem-home                 # the Rails app (benchmarks/rails_app)
   examples/demo.py --gem-home build/gem-home --app shop      # examples/shop.rb, plain Ruby threads
 
-Everything it makes lands in out/demo/: the raw trace and the collapsed stacks."""
+Everything it makes lands in out/demo/: the raw traces, the collapsed stacks and the cluster's summary."""
 from __future__ import annotations
 
 import argparse
@@ -29,6 +30,7 @@ def main() -> int:
     ap.add_argument("--app", choices=("rails", "shop"), default="rails")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rate", type=float, default=1000.0)
+    ap.add_argument("--no-cluster", dest="cluster", action="store_false", help="skip the cluster-mode part")
     args = ap.parse_args()
     out = os.path.join(ROOT, "out", "demo")
     os.makedirs(out, exist_ok=True)
@@ -53,7 +55,41 @@ def main() -> int:
     print_top(collapsed, strip_paths=(RAILS_APP + "/",))
     print(f"\ndemo: files in {os.path.relpath(out, ROOT)}/: trace.msgpack (raw trace), profile.collapsed "
           f"(flamegraph.pl / speedscope input)")
+    if args.app == "rails" and args.cluster:
+        cluster(args, env, out)
     return 0
+
+
+def cluster(args, env, out) -> None:
+    """puma in cluster mode (2 workers forked from a master that loaded the app and the gem), recorded
+    by attaching to the master: its workers are followed; the summary has a table per process."""
+    trace = os.path.join(out, "cluster.msgpack")
+    summary = os.path.join(out, "cluster.summary.txt")
+    app, load = start_rails(args, dict(env, APP_WORKERS="2"), out)
+    try:
+        print(f"\ndemo: the same app in cluster mode: master pid {app.pid} and 2 workers; recording the master "
+              f"{args.seconds:g} s (its workers are followed)")
+        run([os.path.join(BIN, "sdb-sidecar"), "attach", "--pid", str(app.pid), "--rate", str(args.rate),
+             "--duration", str(args.seconds), "-o", trace])
+    finally:
+        for p in (load, app):
+            if p is not None and p.poll() is None:
+                p.terminate()
+            if p is not None:
+                p.wait()
+    run([os.path.join(BIN, "sdb-symbolize"), trace, "--format", "summary", "--no-lines", "-o", summary])
+    print("\nPer process (the 3 functions with the most own samples of each):")
+    with open(summary) as f:
+        shown = 0
+        for line in f:
+            if line.startswith("process "):
+                print("  " + line.rstrip())
+                shown = 0
+            elif shown < 3 and line[:10].strip().isdigit():
+                print("      " + line.rstrip().replace(RAILS_APP + "/", ""))
+                shown += 1
+    print(f"demo: files in {os.path.relpath(out, ROOT)}/: cluster.msgpack (one trace, 3 processes), "
+          f"cluster.summary.txt")
 
 
 def start_rails(args, env, out):
