@@ -6,7 +6,10 @@ on N and 10 N samples).
 The trace is written with sdb_trace.TraceWriter, as the sidecar writes one: 8 threads at 1 kHz,
 batches of 100 ticks, 2,000 distinct stacks of 50 frames (45 Ruby, 5 C functions) over 400
 ISeqs in 40 files, threads running (70 %), waiting for the GVL (10 %) or blocked (20 %).
-Target (issue #4): collapsed at least 500,000 samples per second on 1 million samples."""
+Target (issue #4): collapsed at least 500,000 samples per second on 1 million samples.
+The same trace written twice, plain (format 2's records) and compressed (format 3: zstd after the
+header, as the sidecar writes), each format run on both in every round: the compressed trace must
+read at least as fast (issue #18)."""
 from __future__ import annotations
 
 import os
@@ -31,7 +34,7 @@ TICKS_PER_BATCH = 100
 RATE_HZ = 1000
 
 
-def make_trace(path: str, samples: int, seed: int = 1) -> None:
+def make_trace(path: str, samples: int, seed: int = 1, compress: bool = True) -> None:
     """A synthetic trace of `samples` samples (rounded up to whole ticks of THREADS threads)."""
     from sdb_trace import KIND_CFUNC, KIND_RUBY, TraceWriter
     rnd = random.Random(seed)
@@ -40,7 +43,7 @@ def make_trace(path: str, samples: int, seed: int = 1) -> None:
         w = TraceWriter(f, {"pid": 4242, "ruby": "3.1.2", "ruby_description": "synthetic", "layout": "3.1",
                             "rate_hz": RATE_HZ, "start_mono_ns": start, "start_wall_ns": 1_700_000_000_000_000_000,
                             "hostname": "bench", "sdb_version": "0.1.0", "command": ["ruby", "synthetic.rb"],
-                            "max_depth": 2048})
+                            "max_depth": 2048}, compress=compress)
         for t in range(THREADS):
             w.thread(t + 1, 5000 + t, "main" if t == 0 else f"worker-{t}", start, 1 if t == 0 else 0, start)
         for i in range(ISEQS):
@@ -119,24 +122,33 @@ def run(cfg) -> str:
     results = {"samples": n, "rounds": rounds, "formats": {}, "flat_memory": {}}
     try:
         trace = os.path.join(tmp, "trace.msgpack")
+        plain = os.path.join(tmp, "plain.msgpack")
         t0 = time.monotonic()
         make_trace(trace, n)
-        print(f"  trace of {n:,} samples written in {time.monotonic() - t0:.1f} s "
-              f"({os.path.getsize(trace) / 2**20:.1f} MiB)", file=sys.stderr, flush=True)
+        make_trace(plain, n, compress=False)
+        print(f"  traces of {n:,} samples written in {time.monotonic() - t0:.1f} s "
+              f"({os.path.getsize(trace) / 2**20:.1f} MiB compressed, {os.path.getsize(plain) / 2**20:.1f} MiB "
+              f"plain)", file=sys.stderr, flush=True)
         runs = {f: [] for f in FORMATS}
-        for _ in range(rounds):                      # interleaved: every format once per round
+        plain_runs = {f: [] for f in FORMATS}
+        for k in range(rounds):                      # interleaved: every format on both, once per round
             for fmt in FORMATS:
-                runs[fmt].append(symbolize(trace, fmt, os.path.join(tmp, f"out.{fmt}")))
-        rows = ["| format | time s (median, min-max) | samples/s | peak RSS MiB | output MiB |",
-                "|---|---|---|---|---|"]
+                pair = [(runs, trace), (plain_runs, plain)]
+                for into, path in (pair if k % 2 == 0 else pair[::-1]):
+                    into[fmt].append(symbolize(path, fmt, os.path.join(tmp, f"out.{fmt}")))
+        rows = ["| format | time s (median, min-max) | samples/s | peak RSS MiB | output MiB | plain records: time s | "
+                "compressed / plain |", "|---|---|---|---|---|---|---|"]
         for fmt in FORMATS:
             wall = common.summary([r["wall_s"] for r in runs[fmt]])
+            pwall = common.summary([r["wall_s"] for r in plain_runs[fmt]])
+            ratio = common.summary([a["wall_s"] / b["wall_s"] for a, b in zip(runs[fmt], plain_runs[fmt])])
             rss = common.summary([r["peak_rss_mib"] for r in runs[fmt]])
             rate = n / wall["median"]
             results["formats"][fmt] = {"wall_s": wall, "peak_rss_mib": rss, "samples_per_s": rate,
-                                       "output_mib": runs[fmt][0]["output_mib"]}
+                                       "output_mib": runs[fmt][0]["output_mib"], "plain_wall_s": pwall,
+                                       "compressed_over_plain": ratio}
             rows.append(f"| {fmt} | {common.fmt(wall, 2)} | {rate:,.0f} | {common.fmt(rss, 0)} | "
-                        f"{runs[fmt][0]['output_mib']:.1f} |")
+                        f"{runs[fmt][0]['output_mib']:.1f} | {common.fmt(pwall, 2)} | {common.fmt(ratio, 3)} |")
         # memory stays flat: the same formats on a trace ten times longer
         big_n = n * 10
         big = os.path.join(tmp, "big.msgpack")
