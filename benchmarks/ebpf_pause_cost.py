@@ -66,7 +66,7 @@ def run(cfg) -> str:
                 c1, b = cpu_s(rt), time.monotonic_ns()
                 time.sleep(wait_s)
                 c2, c = cpu_s(rt), time.monotonic_ns()
-                sym._attach_creators()
+                sym._attach_all()
                 c3, d = cpu_s(rt), time.monotonic_ns()
                 marks.append((a, b, c, d))
                 det.append(((b - a) / 1e6, (c1 - c0) * 1e3))

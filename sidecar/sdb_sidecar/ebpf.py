@@ -481,13 +481,17 @@ class EbpfSymbolizer:
         for t in list(self.targets.values()):
             t.records.append(record)
 
+    def _attach_all(self) -> None:
+        """Every process's creation probes back in (the end of a pause)."""
+        self._set_paused_flag(0)
+        for t in list(self.targets.values()):
+            self._attach_creators(t)
+            if t.attached_ns == 1 << 63:    # added during the pause
+                t.attached_ns = time.monotonic_ns()
+
     def _resume(self) -> None:
         try:
-            self._set_paused_flag(0)
-            for t in list(self.targets.values()):
-                self._attach_creators(t)
-                if t.attached_ns == 1 << 63:    # added during the pause
-                    t.attached_ns = time.monotonic_ns()
+            self._attach_all()
         except Exception:
             # the target is exiting, or the kernel refused: stay paused, try again later
             self._detach_creators()

@@ -24,7 +24,7 @@ CMD = [sys.executable, "-m", "sdb_symbolize.cli"]
 def long_trace(tmp_path_factory):
     """A synthetic trace whose json output takes well over the line's half-second delay."""
     path = tmp_path_factory.mktemp("progress") / "long.msgpack"
-    symbolize_formats.make_trace(str(path), 400_000)
+    symbolize_formats.make_trace(str(path), 1_200_000)
     return path
 
 
@@ -59,7 +59,7 @@ def test_drawn_throttled_and_erased_on_a_terminal(long_trace):
     assert elapsed > 0.7, f"the run was too short ({elapsed:.2f} s) to show the line"
     assert draws >= 1, out[:300]
     assert draws <= elapsed * 10 + 1, (draws, elapsed)
-    assert b"of 400,000 samples" in out
+    assert b"of 1,200,000 samples" in out
     assert out.endswith(b"\r\x1b[K"), out[-80:]          # erased: nothing left on the line
 
 
