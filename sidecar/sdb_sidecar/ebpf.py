@@ -25,31 +25,20 @@ Drainer names anything, even when the reader thread has not paused yet.
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import importlib.util
 import os
-import sys
 import threading
 import time
 from collections import deque
-from pathlib import Path
 from typing import Callable, Deque, Dict, List, Optional, Tuple
 
 from . import _sampler, probes, uprobe_link
+from .bpfload import COMPILE_NICE, EbpfUnavailable, _import_bcc, bpf_source, check_available, lowered_priority
+from .governor import BACKOFF_MAX_S, DEFAULT_MAX_RATE, Governor
 from .wakeup import Wakeup
 
-
-
-def bpf_source(name: str) -> str:
-    """The text of an eBPF program (bpf/NAME): shipped inside the package (sdb_sidecar/bpf/, as a
-    wheel installs it: pyproject.toml maps bpf/ there), or in the source tree beside it."""
-    here = Path(__file__).resolve().parent
-    for d in (here / "bpf", here.parent.parent / "bpf"):
-        if (d / name).is_file():
-            return (d / name).read_text()
-    raise EbpfUnavailable(f"the eBPF program {name} is missing from this installation ({here / 'bpf'})")
-
+__all__ = ["DEFAULT_MAX_RATE", "EbpfSymbolizer", "EbpfUnavailable", "EbpfView", "Governor", "bpf_source",
+           "check_available"]
 
 NA = 0xFFFF
 EV_NEW, EV_MOVE = 1, 2
@@ -58,94 +47,6 @@ NSTR = 4
 POLL_S = 0.02              # the ring buffer is drained this often while ISeqs come (records wake the reader only when over budget) ...
 IDLE_POLL_S = 1.0          # ... and after a poll that found none, when the next record comes (it wakes the reader), or this often
 RINGBUF_PAGES = 2048        # 8 MiB: ~25,000 records, a second of the busiest boot measured
-DEFAULT_MAX_RATE = 5000     # ISeq events per second: ~2.3 us each is ~1 % of one core
-BURST_S = 0.1               # a burst of this many seconds' worth of events passes without a pause
-BACKOFF_MIN_S = 0.5         # the first pause lasts this long; it doubles while bursts go on ...
-BACKOFF_MAX_S = 4.0         # ... up to this
-QUIET_S = 5.0               # a pause this long after the last resume starts again from BACKOFF_MIN_S
-
-
-# bcc compiles the program with clang in this thread: about a second of CPU, while the app may be
-# booting on the same cores. At this niceness the app's threads (nice 0) get ~10x its share when
-# they compete; on an idle core it runs as fast. Sampling does not wait for it (session.EbpfHub).
-COMPILE_NICE = 10
-
-
-@contextlib.contextmanager
-def lowered_priority(nice: int):
-    """This thread alone (Linux: a thread's own niceness) at `nice` or lower priority, then back
-    (raising it back needs CAP_SYS_NICE, which eBPF's root has; without it the thread stays nicer)."""
-    tid = threading.get_native_id()
-    try:
-        old = os.getpriority(os.PRIO_PROCESS, tid)
-        os.setpriority(os.PRIO_PROCESS, tid, max(old, nice))
-    except OSError:
-        old = None
-    try:
-        yield
-    finally:
-        if old is not None:
-            try:
-                os.setpriority(os.PRIO_PROCESS, tid, old)
-            except OSError:
-                pass
-
-
-class EbpfUnavailable(Exception):
-    """eBPF cannot be used for this target; the message says why."""
-
-
-class Governor:
-    """When to pause the creation probes and when to attach them again: a token bucket of
-    `max_rate` events per second holding at most BURST_S seconds' worth; when a poll finds it
-    overdrawn, pause for a backoff (BACKOFF_MIN_S, doubled for each pause that comes less than
-    QUIET_S after the previous resume, at most BACKOFF_MAX_S). Times in seconds; max_rate 0: never."""
-
-    def __init__(self, max_rate: float, now: float):
-        self.max_rate = float(max_rate)
-        self.capacity = self.max_rate * BURST_S
-        self.tokens = self.capacity
-        self.last = now
-        self.backoff = BACKOFF_MIN_S
-        self.paused_until: Optional[float] = None
-        self.resumed_at: Optional[float] = None
-        self.rate = 0.0                 # events per second over the last poll
-
-    def attached(self, now: float, events: int, spent: bool = False) -> bool:
-        """`events` came in since the last call, probes attached. True: pause now. `spent`: the
-        probes found the budget spent themselves (they stopped at the record that reached
-        `wake_at`): pause, whatever a refill since the last call would allow."""
-        dt = max(now - self.last, 1e-6)
-        self.rate = events / dt
-        self.last = now
-        if self.max_rate <= 0:
-            return False
-        self.tokens = min(self.capacity, self.tokens + dt * self.max_rate) - events
-        if self.tokens >= 0 and not spent:
-            return False
-        if self.resumed_at is not None and now - self.resumed_at < QUIET_S:
-            self.backoff = min(self.backoff * 2, BACKOFF_MAX_S)
-        else:
-            self.backoff = BACKOFF_MIN_S
-        self.paused_until = now + self.backoff
-        return True
-
-    def wake_at(self, sent: int, poll_s: float) -> int:
-        """The count of records sent at which the budget is spent, allowing for the refill until the
-        next poll (0: never)."""
-        if self.max_rate <= 0:
-            return 0
-        return sent + int(max(self.tokens, 0) + self.max_rate * poll_s) + 1
-
-    def resume_due(self, now: float) -> bool:
-        return self.paused_until is not None and now >= self.paused_until
-
-    def resumed(self, now: float) -> None:
-        self.paused_until = None
-        self.resumed_at = self.last = now
-        self.tokens = self.capacity
-
-
 class EventHdr(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_uint32), ("flags", ctypes.c_uint32), ("time_ns", ctypes.c_uint64),
                 ("addr", ctypes.c_uint64), ("addr2", ctypes.c_uint64), ("type", ctypes.c_uint32),
@@ -175,44 +76,6 @@ def bpf_cflags(layout: dict) -> List[str]:
     }
     consts["RINGBUF_PAGES"] = RINGBUF_PAGES
     return [f"-D{k}={int(v)}" for k, v in consts.items()]
-
-
-DISTRO_BCC = ("/usr/lib/python3/dist-packages/bcc", "/usr/lib/python3/site-packages/bcc")
-
-
-def _import_bcc():
-    """bcc's BPF class. bcc's Python module comes with the distribution's bcc (Debian: python3-bpfcc)
-    and lives outside any virtualenv: if it cannot be imported as it is, the distribution's copy is
-    loaded by its path, alone (the rest of the system's packages stay out of this process's path)."""
-    try:
-        from bcc import BPF
-        return BPF
-    except ImportError:
-        pass
-    for d in DISTRO_BCC:
-        init = os.path.join(d, "__init__.py")
-        if os.path.isfile(init):
-            spec = importlib.util.spec_from_file_location("bcc", init, submodule_search_locations=[d])
-            module = importlib.util.module_from_spec(spec)
-            sys.modules["bcc"] = module
-            try:
-                spec.loader.exec_module(module)
-                return module.BPF
-            except Exception as e:
-                sys.modules.pop("bcc", None)
-                raise EbpfUnavailable(f"bcc's Python module ({d}) does not load: {e}") from None
-    raise EbpfUnavailable("the bcc Python module is not installed (Debian: python3-bpfcc)")
-
-
-def check_available() -> None:
-    """Cheap checks before compiling anything."""
-    if os.geteuid() != 0:
-        raise EbpfUnavailable("not running as root")
-    if not os.path.exists("/sys/bus/event_source/devices/uprobe"):
-        raise EbpfUnavailable("the kernel has no uprobes")
-    if not os.path.exists(f"/lib/modules/{os.uname().release}/build"):
-        raise EbpfUnavailable(f"no kernel headers for {os.uname().release} (/lib/modules/.../build)")
-    _import_bcc()
 
 
 class _Target:

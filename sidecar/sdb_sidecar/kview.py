@@ -18,7 +18,7 @@ import struct
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from .ebpf import EbpfUnavailable, _import_bcc, bpf_source, check_available
+from .bpfload import EbpfUnavailable, _import_bcc, bpf_source, check_available
 
 BTF_PATH = "/sys/kernel/btf/vmlinux"
 KV_SLOTS = 1 << 16                 # slot = tid & (KV_SLOTS - 1); 8 bytes each: 512 KiB

@@ -19,9 +19,8 @@ from sdb_trace.output import open_output as open_safely
 from . import __version__, _sampler
 from .errors import Exit, SdbError
 from .options import Options
-from .process import alive
-from .session import STALL_GRACE_S, EbpfHub, Session, new_sampler, threads_from
-from .target import Target, check_readable, command_line, open_target, permission_error, proc_start_ticks
+from .session import STALL_GRACE_S, EbpfHub, Session, new_sampler
+from .target import Target, check_readable, command_line, open_target, permission_error
 from .tree import DirectoryWatch, descendants, parent_of
 
 STATUS_INTERVAL_S = 0.5

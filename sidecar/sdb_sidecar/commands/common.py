@@ -228,6 +228,6 @@ def print_next_steps(output: str, counts: dict, args=None, where: str = "") -> N
     lines = [f"sdb: wrote {counts['samples']} samples of {of_what(counts)} to {where or output} "
              f"({ending(counts, args)})",
              "sdb: next, make a profile with one of:" if not where or where == output else
-             f"sdb: next, make a profile of each (here the newest) with one of:"]
+             "sdb: next, make a profile of each (here the newest) with one of:"]
     lines += ["  " + shlex.join(symbolize_command(output, f)) for f in suggested]
     sys.stderr.write("\n".join(lines) + "\n")

@@ -1,0 +1,89 @@
+"""Loading eBPF programs with bcc: where bcc comes from (the distribution's Python module), whether
+this machine can run them at all, where the programs' sources are, and the compile's priority.
+`ebpf.py` (the ISeq symbolizer) and `kview.py` (Ruby 3.1's kernel view) load theirs through it."""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import sys
+import threading
+from pathlib import Path
+
+
+def bpf_source(name: str) -> str:
+    """The text of an eBPF program (bpf/NAME): shipped inside the package (sdb_sidecar/bpf/, as a
+    wheel installs it: pyproject.toml maps bpf/ there), or in the source tree beside it."""
+    here = Path(__file__).resolve().parent
+    for d in (here / "bpf", here.parent.parent / "bpf"):
+        if (d / name).is_file():
+            return (d / name).read_text()
+    raise EbpfUnavailable(f"the eBPF program {name} is missing from this installation ({here / 'bpf'})")
+
+
+# bcc compiles the program with clang in this thread: about a second of CPU, while the app may be
+# booting on the same cores. At this niceness the app's threads (nice 0) get ~10x its share when
+# they compete; on an idle core it runs as fast. Sampling does not wait for it (session.EbpfHub).
+COMPILE_NICE = 10
+
+
+@contextlib.contextmanager
+def lowered_priority(nice: int):
+    """This thread alone (Linux: a thread's own niceness) at `nice` or lower priority, then back
+    (raising it back needs CAP_SYS_NICE, which eBPF's root has; without it the thread stays nicer)."""
+    tid = threading.get_native_id()
+    try:
+        old = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, max(old, nice))
+    except OSError:
+        old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, old)
+            except OSError:
+                pass
+
+
+class EbpfUnavailable(Exception):
+    """eBPF cannot be used for this target; the message says why."""
+
+
+DISTRO_BCC = ("/usr/lib/python3/dist-packages/bcc", "/usr/lib/python3/site-packages/bcc")
+
+
+def _import_bcc():
+    """bcc's BPF class. bcc's Python module comes with the distribution's bcc (Debian: python3-bpfcc)
+    and lives outside any virtualenv: if it cannot be imported as it is, the distribution's copy is
+    loaded by its path, alone (the rest of the system's packages stay out of this process's path)."""
+    try:
+        from bcc import BPF
+        return BPF
+    except ImportError:
+        pass
+    for d in DISTRO_BCC:
+        init = os.path.join(d, "__init__.py")
+        if os.path.isfile(init):
+            spec = importlib.util.spec_from_file_location("bcc", init, submodule_search_locations=[d])
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["bcc"] = module
+            try:
+                spec.loader.exec_module(module)
+                return module.BPF
+            except Exception as e:
+                sys.modules.pop("bcc", None)
+                raise EbpfUnavailable(f"bcc's Python module ({d}) does not load: {e}") from None
+    raise EbpfUnavailable("the bcc Python module is not installed (Debian: python3-bpfcc)")
+
+
+def check_available() -> None:
+    """Cheap checks before compiling anything."""
+    if os.geteuid() != 0:
+        raise EbpfUnavailable("not running as root")
+    if not os.path.exists("/sys/bus/event_source/devices/uprobe"):
+        raise EbpfUnavailable("the kernel has no uprobes")
+    if not os.path.exists(f"/lib/modules/{os.uname().release}/build"):
+        raise EbpfUnavailable(f"no kernel headers for {os.uname().release} (/lib/modules/.../build)")
+    _import_bcc()
