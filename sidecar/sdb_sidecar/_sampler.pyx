@@ -2384,6 +2384,7 @@ cdef class Sampler:
         cdef uint32_t *ar = NULL
         cdef StackEnt *st = NULL
         cdef uint64_t arena0, arena1
+        cdef uint64_t cut[12]
         with nogil:
             pthread_mutex_lock(&self.mu)
             taken = self.g
@@ -2406,6 +2407,11 @@ cdef class Sampler:
             self.stacks_drained = s1
             self.wake_sent = 0
             if reset:
+                # the counters at the cut, with what this drain hands over: the file being closed
+                cut[0] = self.ticks; cut[1] = self.late; cut[2] = self.missed; cut[3] = self.total_samples
+                cut[4] = self.torn; cut[5] = self.retried; cut[6] = self.errors; cut[7] = self.reused
+                cut[8] = self.yjit_pcs; cut[9] = self.span_unsure; cut[10] = self.threads_seen
+                cut[11] = self.gc_samples
                 self.start_over()
             pthread_mutex_unlock(&self.mu)
         smp = taken.samples
@@ -2431,6 +2437,10 @@ cdef class Sampler:
                 "new_mes": [(taken.new_mes[i].addr, taken.new_mes[i].at_ns, taken.new_mes[i].encoded,
                              taken.new_mes[i].klass) for i in range(taken.new_me_len)],
             }
+            if reset:
+                out["cut"] = dict(zip(("ticks", "late", "missed", "samples", "torn", "retried", "errors", "reused",
+                                       "yjit_no_line", "span_unsure", "threads", "gc_samples"),
+                                      [cut[i] for i in range(12)]))
             if encode_samples:
                 out["samples_record"] = encode_samples_record(smp, taken.sample_len)
             else:

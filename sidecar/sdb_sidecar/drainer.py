@@ -47,6 +47,7 @@ class Drainer:
         self.names: dict = {}       # addr -> (the name last written for it, its at_ns, its source): a GC
                                     # move carries it; a new file takes it while eBPF says it holds
         self.live: dict = {}        # thread serial -> its last thread record's fields (a new file lists them)
+        self.cut: Optional[dict] = None     # the sampler's counters at the last drain(reset=True)
         self.births: dict = {}      # addr -> [(at_ns, name or None, instructions)], eBPF births, oldest first
         self.to_read: list = []     # [(addr, lo_ns, instructions)]: ISeqs to name by reading the target
         self.ebpf_announced = False     # the trace's ebpf_attached record is written
@@ -164,6 +165,7 @@ class Drainer:
         stack ids from 0, every ISeq and method entry new again): the records after it go to a new
         trace file (rotation; `restate` writes what that file needs first)."""
         d = self.sampler.drain(encode_samples=True, reset=reset)
+        self.cut = d.get("cut")         # reset: the sampler's counters at the cut
         w = self.writer
         if self.ebpf is not None and not self.ebpf_announced and self.ebpf.attached_ns < 1 << 63:
             self.ebpf_announced = True

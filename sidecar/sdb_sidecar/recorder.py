@@ -141,6 +141,8 @@ class ProcessRecording:
         self.stopped = False            # the tree's recording ended while this one ran
         self.new_writer: Optional[TraceWriter] = None     # rotation: the next file's, until switched
         self.switched = threading.Event()
+        self.cut_counts: Optional[dict] = None            # its counts at its last cut (rotation)
+        self.base: Optional[dict] = None                  # its counts when the file being written began
 
     def _run(self) -> None:
         s = self.session
@@ -190,6 +192,7 @@ class ProcessRecording:
         d.drain(reset=True)
         d.spans.drain()
         d.writer.flush()
+        self.cut_counts = self.session.counts(stats=d.cut)      # what the old file holds of this process
         d.writer.writer = self.new_writer           # d.writer is this process's ProcessWriter
         self.new_writer = None
         d.restate()
@@ -212,7 +215,6 @@ class Tree:
         self.files = files
         self.out = out                                   # the file being written
         self.file_start = time.monotonic()
-        self.file_base: Optional[dict] = None           # the counts when this file began (rotation)
         self.hub: Optional[EbpfHub] = EbpfHub(opts.ebpf_max_rate) if opts.ebpf else None
         self.procs: Dict[int, ProcessRecording] = {}    # pid -> its recording (ended ones included)
         self.by_proc: List[ProcessRecording] = []
@@ -401,9 +403,15 @@ class Tree:
         old, old_out = self.writer, self.out
         with old.lock:
             self.writer, self.out = writer, out
-        now = self.counts(final=False)
-        old.end(**self.file_counts(now, at_ns, reason="rotated"))
-        self.file_base = now
+        # the old file's counts: each process's at its cut (at its end, if it ended first), less its base
+        at_cut = {pr.proc: (pr.cut_counts if pr.switched.is_set() else pr.counts) for pr in live}
+        for pr in self.by_proc:
+            if pr.proc not in at_cut and pr.counts is not None and pr.base is not pr.counts:
+                at_cut[pr.proc] = pr.counts         # ended in this file, before the rotation
+        old.end(**self.file_counts(self.counts(final=False), at_ns, reason="rotated", at_cut=at_cut))
+        for pr in self.by_proc:
+            if pr.proc in at_cut and at_cut[pr.proc] is not None:
+                pr.base = at_cut[pr.proc]
         old_out.close()
         self.file_start = time.monotonic()
         self.files.prune()
@@ -415,21 +423,34 @@ class Tree:
                            command=command, at_ns=_sampler.monotonic_ns(), ns_pid=t.ns_pid, ruby=t.info["ruby"],
                            ruby_description=t.info["ruby_description"], layout=t.info["layout"])
 
-    def file_counts(self, counts: dict, at_ns: Optional[int] = None, reason: Optional[str] = None) -> dict:
-        """The end record of one file: the counts since it began (all of them without rotation)."""
+    def file_counts(self, counts: dict, at_ns: Optional[int] = None, reason: Optional[str] = None,
+                    at_cut: Optional[dict] = None) -> dict:
+        """The end record of one file: the counts it holds. Without rotation, `counts` (the whole
+        recording's); with it, each process's counts at the file's end (`at_cut`: proc -> counts at
+        its cut; else its final ones) less those when the file began (its base)."""
         c = dict(counts)
         c.pop("files", None)
         if at_ns is not None:
             c["at_ns"] = at_ns
         if reason is not None:
             c["reason"] = reason
-        base = self.file_base
-        if base is None:
-            return c
+        if at_cut is None and not any(pr.base is not None for pr in self.by_proc):
+            return c                            # one file: the whole recording is in it
+        ends = at_cut if at_cut is not None else {pr.proc: pr.counts for pr in self.by_proc}
+        zero: dict = {}
         for k in SUMMED + ("ticks", "late", "missed"):
-            if k in c and k != "threads":
-                c[k] = c[k] - base.get(k, 0)
-        c["unnamed"] = {k: c["unnamed"][k] - base["unnamed"][k] for k in ("iseqs", "methods")}
+            if k == "threads":
+                continue
+            total = 0
+            for pr in self.by_proc:
+                end = ends.get(pr.proc)
+                if end is None or (pr.proc != 0 and k in ("ticks", "late", "missed")):
+                    continue
+                total += end.get(k, 0) - (pr.base or zero).get(k, 0)
+            c[k] = total
+        c["unnamed"] = {k: sum((ends[pr.proc] or {}).get("unnamed", {}).get(k, 0)
+                               - ((pr.base or {}).get("unnamed") or {}).get(k, 0)
+                               for pr in self.by_proc if ends.get(pr.proc) is not None) for k in ("iseqs", "methods")}
         return c
 
     # ------------------------------------------------------------------ the end

@@ -381,9 +381,10 @@ class Session:
             return "target-exited" if not alive(self.target.pid) else why
         return why
 
-    def counts(self) -> dict:
-        """The closing counts (the trace's end record)."""
-        stats = self.sampler.stats()
+    def counts(self, stats: Optional[dict] = None) -> dict:
+        """The closing counts (the trace's end record); `stats`: the sampler's as of a moment (a
+        rotation's cut), else now."""
+        stats = stats or self.sampler.stats()
         d = self.drainer
         return {"at_ns": self.ended_ns or _sampler.monotonic_ns(), "reason": self.reason(), "ticks": stats["ticks"],
                 "late": stats["late"], "missed": stats["missed"], "samples": stats["samples"], "torn": stats["torn"],

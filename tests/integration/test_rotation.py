@@ -41,7 +41,7 @@ def test_rotated_files_each_stand_alone_and_add_up_to_one_unrotated_recording(ru
         t = load_tables(f)
         assert t.error is None and t.end is not None, (f, t.error)
         assert t.end["reason"] == ("rotated" if k < len(files) - 1 else "duration"), t.end
-        assert t.sample_count > 0 and t.end["samples"] == t.sample_count, (f, t.end["samples"], t.sample_count)
+        assert t.sample_count > 0 and t.end["samples"] == t.sample_count, (k, len(files), t.end, t.sample_count)
         total += t.sample_count
         # AND each is read alone, every frame of it named from its own records
         r = subprocess.run([*SYMBOLIZE, f, "--idle", "--no-lines"], capture_output=True, text=True, timeout=300,
