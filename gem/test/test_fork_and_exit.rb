@@ -52,6 +52,34 @@ class TestForkAndExit < Minitest::Test
     refute r["child_file_left"], "the child's registry is removed at the child's exit"
   end
 
+  # A child's start time is worked out from CLOCK_BOOTTIME around the fork (no read of
+  # /proc/self/stat): a sidecar trusts a registry only if it equals field 22 of /proc/<pid>/stat.
+  def test_fork_children_publish_the_start_time_proc_shows_for_them
+    r = run_json(<<~RUBY)
+      require "sdb"
+      rd, wr = IO.pipe
+      pids = 40.times.map do
+        fork do
+          rd.close
+          h = SdbRegistryReader.read(Sdb.registry_path)
+          stat = File.read("/proc/self/stat").split(") ").last.split
+          wr.puts JSON.dump([h["proc_start_ticks"], Integer(stat[19]), h["pid"], Process.pid])
+          wr.close
+          exit!(0)
+        end
+      end
+      wr.close
+      rows = rd.each_line.map { |l| JSON.parse(l) }
+      pids.each { |pid| Process.wait(pid) }
+      puts JSON.dump(rows)
+    RUBY
+    assert_equal 40, r.size
+    r.each do |published, proc_ticks, header_pid, pid|
+      assert_equal proc_ticks, published, "child #{pid}: start ticks in its registry"
+      assert_equal pid, header_pid
+    end
+  end
+
   def test_io_popen_dash_child_gets_its_own_registry
     out, err, status = run_ruby(<<~RUBY)
       require "sdb"

@@ -73,19 +73,19 @@ typedef VALUE (*sdb_cfunc_t)(ANYARGS);
 #endif
 
 static struct {
-    int fd;
     void *map;
     size_t map_size;
     struct sdb_header *hdr;
     struct sdb_slot *slots;
     uint32_t slot_count;
-    uint32_t *free_stack; /* free slot indices; top at free_top - 1 */
+    uint32_t *free_stack; /* slots given back, below hiwater; top at free_top - 1 */
     uint32_t free_top;
     uint8_t *used;        /* 1 while a slot is handed out (C's view; read by the EXITED hook) */
-    uint32_t hiwater;     /* no slot at or above this index was ever handed out */
+    uint32_t hiwater;     /* no slot at or above this index was ever handed out: the next new one */
     uint32_t dead_pending; /* slots the EXITED hook marked dead since the last sweep */
     uint64_t registrations; /* bumped at every registration (the GVL hook's negative cache) */
-    VALUE threads;        /* Array: slot index -> Thread (GC-marked; before 3.3 only) */
+    VALUE *threads;       /* slot index -> Thread, marked by sdb_threads_mark (before 3.3 only) */
+    VALUE threads_holder; /* the hidden object whose mark function marks them */
     VALUE strings;        /* Hash: endpoint String -> its id in the registry's string table */
     struct sdb_span_event *spans; /* the span ring in the mapping */
     char *strings_base;   /* the string table in the mapping */
@@ -100,11 +100,17 @@ static struct {
     uint32_t nchildren;
     struct sdb_layout layout;
     char layout_name[16]; /* the row in use (a fork child publishes the same) */
+    char ruby_version[32], ruby_description[160]; /* for the header (a fork child's too) */
     char path[64];
+    uint64_t fork_boot_ns; /* CLOCK_BOOTTIME just before the last fork (sdb_child_start_ticks) */
+    long clk_tck;          /* sysconf(_SC_CLK_TCK): the unit of /proc/<pid>/stat's starttime */
     /* Ruby's own C functions of the methods whose entries sdb replaces by C functions of the same
      * name, class and arity (no Ruby frame, no prepend): they are called first, unchanged. */
     sdb_cfunc_t orig_name_set, orig_fork, orig_exec_kernel, orig_exec_kernel_s, orig_exec_process;
-} sdb = { .fd = -1 };
+    /* Thread#native_thread_id and Thread#name, called directly by the thread-begin hook (no method
+     * dispatch); NULL: not found, rb_funcall then */
+    sdb_cfunc_t orig_native_thread_id, orig_thread_name;
+} sdb;
 
 static ID sdb_id_alive_p, sdb_id_name, sdb_id_warn, sdb_id_native_thread_id;
 
@@ -242,15 +248,33 @@ sdb_proc_start_ticks(void)
     return sdb_proc_start_ticks_of("/proc/self/stat");
 }
 
+/* A fork child's start ticks without reading /proc/self/stat (open, read, close, and the kernel
+ * formatting 52 fields). The kernel stamps a new process with CLOCK_BOOTTIME in fork
+ * (copy_process: start_boottime) and /proc/<pid>/stat shows it in clock ticks, rounded down
+ * (fs/proc/array.c: nsec_to_clock_t). The parent read CLOCK_BOOTTIME just before it forked, the
+ * child reads it now: the stamp lies between the two, so when both fall in the same tick, that
+ * tick is the start time. Otherwise (a tick boundary within the fork, or a tick that does not
+ * divide a second) the file is read. */
+static uint64_t
+sdb_child_start_ticks(void)
+{
+    uint64_t before = sdb.fork_boot_ns, now = sdb_now_ns(CLOCK_BOOTTIME), per;
+    if (sdb.clk_tck > 0 && 1000000000L % sdb.clk_tck == 0 && before && before <= now) {
+        per = 1000000000ull / (uint64_t)sdb.clk_tck;
+        if (before / per == now / per) return now / per;
+    }
+    return sdb_proc_start_ticks();
+}
+
 /* The registry `name` (sdb-<pid>) in the directory dfd, removed if stale: a regular file of ours
  * with the registry magic whose pid is no process, or a process started at another time than the
  * one that wrote it (the pid was reused); a live writer's file, another user's, or anything else is
  * left alone. The file is first renamed aside and removed only if it is still the very file that
  * was checked (a new process with that pid may have just made its own). */
 static void
-sdb_remove_if_stale(int dfd, const char *name, long pid)
+sdb_remove_if_stale(int dfd, const char *dir, const char *name, long pid, pid_t self)
 {
-    char aside[96], stat_path[64];
+    char aside[128], stat_path[64];
     int fd;
     struct stat st, st2;
     struct sdb_header h;
@@ -269,7 +293,7 @@ sdb_remove_if_stale(int dfd, const char *name, long pid)
         ticks = sdb_proc_start_ticks_of(stat_path);
         if (!ticks || !h.proc_start_ticks || ticks == h.proc_start_ticks) return; /* its writer lives */
     }
-    snprintf(aside, sizeof(aside), ".sdb-stale-%d-%ld", (int)getpid(), pid);
+    snprintf(aside, sizeof(aside), "%s.sdb-stale-%d-%ld", dir, (int)self, pid);
     if (renameat(dfd, name, dfd, aside) != 0) return;
     if (fstatat(dfd, aside, &st2, AT_SYMLINK_NOFOLLOW) == 0 && st2.st_ino == st.st_ino && st2.st_dev == st.st_dev)
         unlinkat(dfd, aside, 0);
@@ -293,7 +317,7 @@ sdb_remove_stale_registries(void)
         errno = 0;
         pid = strtol(e->d_name + 4, &end, 10);
         if (errno || *end || pid <= 0 || pid > INT_MAX || pid == (long)getpid()) continue;
-        sdb_remove_if_stale(dirfd(d), e->d_name, pid);
+        sdb_remove_if_stale(dirfd(d), "", e->d_name, pid, getpid());
     }
     closedir(d);
 }
@@ -307,25 +331,18 @@ static void
 sdb_sweep_children(void)
 {
     uint32_t i, kept = 0;
-    int dfd = -1;
     for (i = 0; i < sdb.nchildren; i++) {
         pid_t pid = sdb.children[i];
+        char name[48];
         if (kill(pid, 0) == 0 || errno != ESRCH) {
             sdb.children[kept++] = pid;
             continue;
         }
-        if (dfd < 0 && (dfd = open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-            sdb.children[kept++] = pid;
-            continue;
-        }
-        {
-            char name[32];
-            snprintf(name, sizeof(name), "sdb-%d", (int)pid);
-            sdb_remove_if_stale(dfd, name, (long)pid);
-        }
+        /* by absolute path: no directory to open and close at every fork */
+        snprintf(name, sizeof(name), "%s%d", SDB_REGISTRY_PREFIX, (int)pid);
+        sdb_remove_if_stale(AT_FDCWD, "/dev/shm/", name, (long)pid, sdb.pid);
     }
     sdb.nchildren = kept;
-    if (dfd >= 0) close(dfd);
 }
 
 static void
@@ -353,23 +370,53 @@ sdb_const_str(const char *name)
     return RB_TYPE_P(v, T_STRING) ? v : rb_str_new_cstr("");
 }
 
-/* Creates, sizes and maps the file; fills the header (status STARTING).
- * Returns NULL or a reason (static or in `why`). */
-static const char *
-sdb_file_create(char *why, size_t cap)
+/* The slot bookkeeping on the C side: a stack of the slots given back (free_stack) and, above the
+ * high-water mark, slots never handed out. Allocated once, at require; a fork child resets it in
+ * place (sdb_slots_reset) and allocates nothing: a large malloc makes glibc consolidate its
+ * fastbins, a write to every page they lie on, each a copy-on-write fault in a fork child. */
+static void
+sdb_slots_alloc(uint32_t count)
 {
-    uint32_t count = sdb_slot_count_from_env();
+    sdb.free_stack = ALLOC_N(uint32_t, count);
+    sdb.used = ZALLOC_N(uint8_t, count);
+#if !SDB_HOOK_NAMES_THREAD
+    sdb.threads = ZALLOC_N(VALUE, count);
+#endif
+    sdb.slot_count = count;
+    sdb.free_top = 0;
+    sdb.hiwater = 0;
+    sdb.dead_pending = 0;
+}
+
+/* A fork child: none of the parent's slots is handed out (its only thread registers anew). */
+static void
+sdb_slots_reset(void)
+{
+    memset(sdb.used, 0, sdb.hiwater);
+#if !SDB_HOOK_NAMES_THREAD
+    memset(sdb.threads, 0, sdb.hiwater * sizeof(VALUE));
+#endif
+    sdb.free_top = 0;
+    sdb.hiwater = 0;
+    sdb.dead_pending = 0;
+}
+
+/* Creates /dev/shm/sdb-<pid> for `pid` (this process), sizes and maps it for sdb.slot_count slots and
+ * fills the header (status STARTING). No fd is kept: the mapping holds the file. Returns NULL or
+ * a reason (in `why`). */
+static const char *
+sdb_file_create(pid_t pid, uint64_t start_ticks, char *why, size_t cap)
+{
+    uint32_t count = sdb.slot_count;
     uint32_t slots_offset = (uint32_t)((sizeof(struct sdb_header) + 63) & ~(size_t)63);
     size_t spans_offset = ((size_t)slots_offset + (size_t)count * sizeof(struct sdb_slot) + 63) & ~(size_t)63;
     size_t strings_offset = spans_offset + (size_t)SDB_SPAN_EVENTS * sizeof(struct sdb_span_event);
     size_t size = strings_offset + SDB_STRINGS_SIZE;
     int fd = -1, attempt;
     void *map;
-    VALUE v;
-    uint32_t i;
 
-    sdb.pid = getpid();
-    snprintf(sdb.path, sizeof(sdb.path), "%s%d", SDB_REGISTRY_PREFIX, (int)sdb.pid);
+    sdb.pid = pid;
+    snprintf(sdb.path, sizeof(sdb.path), "%s%d", SDB_REGISTRY_PREFIX, (int)pid);
     for (attempt = 0; attempt < 2; attempt++) {
         fd = open(sdb.path, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, 0600);
         if (fd >= 0 || errno != EEXIST || attempt == 1) break;
@@ -389,29 +436,17 @@ sdb_file_create(char *why, size_t cap)
         sdb.path[0] = 0;
         return why;
     }
-    sdb.fd = fd;
+    close(fd);
     sdb.map = map;
     sdb.map_size = size;
     sdb.hdr = (struct sdb_header *)map;
     sdb.slots = (struct sdb_slot *)((char *)map + slots_offset);
-    sdb.slot_count = count;
     sdb.next_serial = 1;
     sdb.warned_full = 0;
     sdb.spans = (struct sdb_span_event *)((char *)map + spans_offset);
     sdb.strings_base = (char *)map + strings_offset;
     sdb.next_span = 1;
-    rb_hash_clear(sdb.strings); /* a fork child's table starts empty */
-
-    /* C-side slot bookkeeping: a stack of free indices, slot 0 on top */
-    xfree(sdb.free_stack);
-    xfree(sdb.used);
-    sdb.free_stack = ALLOC_N(uint32_t, count);
-    sdb.used = ZALLOC_N(uint8_t, count);
-    for (i = 0; i < count; i++) sdb.free_stack[i] = count - 1 - i;
-    sdb.free_top = count;
-    sdb.hiwater = 0;
-    sdb.dead_pending = 0;
-    rb_ary_clear(sdb.threads);
+    if (RHASH_SIZE(sdb.strings)) rb_hash_clear(sdb.strings); /* a fork child's table starts empty */
 
     memcpy(sdb.hdr->magic, SDB_REGISTRY_MAGIC, 8);
     sdb.hdr->version = SDB_REGISTRY_VERSION;
@@ -419,18 +454,16 @@ sdb_file_create(char *why, size_t cap)
     sdb.hdr->slot_size = sizeof(struct sdb_slot);
     sdb.hdr->slot_count = count;
     sdb.hdr->slots_offset = slots_offset;
-    sdb.hdr->pid = (uint32_t)sdb.pid;
+    sdb.hdr->pid = (uint32_t)pid;
     sdb.hdr->status = SDB_STATUS_STARTING;
-    sdb.hdr->proc_start_ticks = sdb_proc_start_ticks();
+    sdb.hdr->proc_start_ticks = start_ticks;
     sdb.hdr->created_mono_ns = sdb_now_ns(CLOCK_MONOTONIC);
     sdb.hdr->spans_offset = (uint32_t)spans_offset;
     sdb.hdr->span_count = SDB_SPAN_EVENTS;
     sdb.hdr->strings_offset = (uint32_t)strings_offset;
     sdb.hdr->strings_size = SDB_STRINGS_SIZE;
-    v = sdb_const_str("RUBY_VERSION");
-    sdb_copy_cstr(sdb.hdr->ruby_version, sizeof(sdb.hdr->ruby_version), RSTRING_PTR(v), RSTRING_LEN(v));
-    v = sdb_const_str("RUBY_DESCRIPTION");
-    sdb_copy_cstr(sdb.hdr->ruby_description, sizeof(sdb.hdr->ruby_description), RSTRING_PTR(v), RSTRING_LEN(v));
+    memcpy(sdb.hdr->ruby_version, sdb.ruby_version, sizeof(sdb.hdr->ruby_version));
+    memcpy(sdb.hdr->ruby_description, sdb.ruby_description, sizeof(sdb.hdr->ruby_description));
     return NULL;
 }
 
@@ -996,6 +1029,25 @@ sdb_corrupt_for_tests(struct sdb_layout *L)
  * thread's state word and mark an ended thread's slot dead (live = 0, dead_pending + 1); the
  * next registration's sweep hands such slots back. */
 
+/* Before 3.3 the Thread of every handed-out slot is kept alive (its rb_thread_t is read by the
+ * sweep and by the sidecar) in a plain C array, marked here: a store is one word (a Ruby Array
+ * cost ~160 instructions a store, in the thread hooks, for its checks and write barrier). The
+ * holder is not write-barrier protected, so the GC marks it at every collection, minor ones too.
+ * rb_gc_mark pins the Threads: GC.compact never moves what the array points at. */
+static void
+sdb_threads_mark(void *unused)
+{
+    uint32_t i;
+    (void)unused;
+    if (!sdb.threads) return;
+    for (i = 0; i < sdb.hiwater; i++)
+        if (sdb.threads[i]) rb_gc_mark(sdb.threads[i]);
+}
+
+static const rb_data_type_t sdb_threads_type = {
+    "sdb_threads", { sdb_threads_mark, NULL, NULL, }, 0, 0, 0
+};
+
 static uint64_t
 sdb_thread_ptr(VALUE thread)
 {
@@ -1014,7 +1066,7 @@ sdb_slot_release(uint32_t idx)
     sdb_slot_unlock(s);
     __atomic_store_n(&sdb.used[idx], 0, __ATOMIC_RELEASE);
 #if !SDB_HOOK_NAMES_THREAD
-    rb_ary_store(sdb.threads, idx, Qnil);
+    sdb.threads[idx] = 0;
 #endif
     sdb.free_stack[sdb.free_top++] = idx;
 }
@@ -1025,9 +1077,9 @@ sdb_slot_release(uint32_t idx)
 static int
 sdb_slot_thread_dead(uint32_t idx)
 {
-    VALUE th = rb_ary_entry(sdb.threads, idx);
+    VALUE th = sdb.threads[idx];
     const struct sdb_layout *L = &sdb.layout;
-    if (NIL_P(th)) return 1;
+    if (!th) return 1;
     if (L->thread_status != SDB_NA) {
         uint8_t b = *((const uint8_t *)RTYPEDDATA_DATA(th) + L->thread_status);
         return ((b >> L->thread_status_shift) & L->thread_status_mask) == SDB_THREAD_KILLED;
@@ -1057,9 +1109,10 @@ sdb_sweep(void)
     }
 }
 
-/* With the GVL held. `name`: the thread's name (a String or nil). */
+/* With the GVL held. `name`: the thread's name (a String or nil); `current`: `thread` is the
+ * calling thread (it runs this, holding the GVL). */
 static int
-sdb_slot_register(VALUE thread, uint32_t tid, VALUE name, uint32_t flags)
+sdb_slot_register(VALUE thread, uint32_t tid, VALUE name, uint32_t flags, int current)
 {
     uint32_t idx;
     struct sdb_slot *s;
@@ -1067,7 +1120,7 @@ sdb_slot_register(VALUE thread, uint32_t tid, VALUE name, uint32_t flags)
 
     if (!sdb.enabled) return -1;
     sdb_sweep();
-    if (sdb.free_top == 0) {
+    if (sdb.free_top == 0 && sdb.hiwater >= sdb.slot_count) {
         if (!sdb.warned_full) {
             char msg[200];
             sdb.warned_full = 1;
@@ -1078,9 +1131,9 @@ sdb_slot_register(VALUE thread, uint32_t tid, VALUE name, uint32_t flags)
         }
         return -1;
     }
-    idx = sdb.free_stack[--sdb.free_top];
+    idx = sdb.free_top ? sdb.free_stack[--sdb.free_top] : sdb.hiwater;
 #if !SDB_HOOK_NAMES_THREAD
-    rb_ary_store(sdb.threads, idx, thread);
+    sdb.threads[idx] = thread; /* no write barrier: the holder is not write-barrier protected */
 #endif
     th = sdb_thread_ptr(thread);
 
@@ -1095,7 +1148,7 @@ sdb_slot_register(VALUE thread, uint32_t tid, VALUE name, uint32_t flags)
     s->start_wall_ns = sdb_now_ns(CLOCK_REALTIME);
     s->state = SDB_STATE_UNKNOWN;
 #ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
-    if (thread == rb_thread_current()) s->state = SDB_STATE_RUNNING; /* it runs this, holding the GVL */
+    if (current) s->state = SDB_STATE_RUNNING; /* it runs this, holding the GVL */
 #endif
     s->flags = flags;
     __atomic_store_n(&s->span, 0, __ATOMIC_RELAXED);
@@ -1108,7 +1161,7 @@ sdb_slot_register(VALUE thread, uint32_t tid, VALUE name, uint32_t flags)
     __atomic_store_n(&sdb.used[idx], 1, __ATOMIC_RELEASE);
     if (idx >= sdb.hiwater) __atomic_store_n(&sdb.hiwater, idx + 1, __ATOMIC_RELEASE);
     __atomic_fetch_add(&sdb.registrations, 1, __ATOMIC_RELEASE);
-    if (thread == rb_thread_current()) sdb_tls_set(s);
+    if (current) sdb_tls_set(s);
     return (int)idx;
 }
 
@@ -1130,6 +1183,21 @@ sdb_slot_of(uint64_t th)
     return NULL;
 }
 
+/* Thread#native_thread_id and Thread#name: Ruby's own C functions, called directly when found
+ * (sdb_find_thread_getters), else through rb_funcall. */
+static VALUE
+sdb_thread_tid_value(VALUE thread)
+{
+    return sdb.orig_native_thread_id ? sdb.orig_native_thread_id(thread)
+                                     : rb_funcall(thread, sdb_id_native_thread_id, 0);
+}
+
+static VALUE
+sdb_thread_name(VALUE thread)
+{
+    return sdb.orig_thread_name ? sdb.orig_thread_name(thread) : rb_funcall(thread, sdb_id_name, 0);
+}
+
 /* ---------- thread lifecycle, from C: no Ruby frame, no patched Ruby method ----------
  * A thread registers itself in Ruby's RUBY_EVENT_THREAD_BEGIN event (a C event hook of the
  * main Ractor: Ruby calls it on the new thread, with the GVL, before the thread's block runs;
@@ -1140,14 +1208,15 @@ sdb_slot_of(uint64_t th)
 static void
 sdb_thread_event_hook(rb_event_flag_t ev, VALUE data, VALUE self, ID mid, VALUE klass)
 {
-    VALUE th = rb_thread_current();
-    (void)data; (void)self; (void)mid; (void)klass;
+    /* Ruby passes the thread as self (thread.c thread_do_start: th->self), and runs this on it */
+    VALUE th = self;
+    (void)data; (void)mid; (void)klass;
     if (!sdb.enabled) return;
     if (ev & RUBY_EVENT_THREAD_BEGIN) {
         /* Ruby keeps the native id; asking the kernel (gettid) costs a syscall, whose return is
          * a point where the scheduler may switch to the thread that made this one. */
-        VALUE tid = rb_funcall(th, sdb_id_native_thread_id, 0);
-        sdb_slot_register(th, NIL_P(tid) ? sdb_gettid() : NUM2UINT(tid), rb_funcall(th, sdb_id_name, 0), 0);
+        VALUE tid = sdb_thread_tid_value(th);
+        sdb_slot_register(th, FIXNUM_P(tid) ? (uint32_t)FIX2LONG(tid) : sdb_gettid(), sdb_thread_name(th), 0, 1);
     }
 #if !SDB_HOOK_NAMES_THREAD
     else if (ev & RUBY_EVENT_THREAD_END) {
@@ -1254,7 +1323,7 @@ sdb_adopt_running_threads(void)
         VALUE tid = rb_funcall(th, sdb_id_native_thread_id, 0);
         if (NIL_P(tid)) continue; /* not started or already dead */
         sdb_slot_register(th, NUM2UINT(tid), rb_funcall(th, sdb_id_name, 0),
-                          (th == main ? SDB_SLOT_MAIN : 0) | SDB_SLOT_ADOPTED);
+                          (th == main ? SDB_SLOT_MAIN : 0) | SDB_SLOT_ADOPTED, th == rb_thread_current());
     }
 }
 
@@ -1277,32 +1346,35 @@ sdb_slot_rename(uint64_t th, VALUE name)
 }
 
 /* In a fork child: drop the parent's registry (unmap, never unlink) and publish our own, with
- * the forking thread as the main thread. NULL or a reason (in `why`). */
+ * the forking thread as the main thread. The parent checked the layout and found the symbol table
+ * (same Ruby, same memory: libruby's data is where it was; scanning it again cost a child ~1 ms).
+ * Nothing here allocates: see sdb_slots_alloc. NULL or a reason (in `why`). */
 static const char *
 sdb_after_fork_child(char *why, size_t cap)
 {
     const char *reason;
     int was_enabled = sdb.enabled;
+    pid_t pid;
+    VALUE th;
     sdb.nchildren = 0;     /* the parent's children are not ours */
     if (!sdb.hdr) return NULL;
     sdb.enabled = 0;
     munmap(sdb.map, sdb.map_size);
-    if (sdb.fd >= 0) close(sdb.fd);
-    sdb.fd = -1;
     sdb.map = NULL;
     sdb.hdr = NULL;
     sdb.slots = NULL;
     sdb.path[0] = 0;
     if (!was_enabled) return NULL;
-    if ((reason = sdb_file_create(why, cap)) != NULL) return reason;
-    /* the layout was checked in the parent, and the symbol table found there: same Ruby, same
-     * memory (libruby's data is where it was; scanning it again cost a child ~1 ms) */
+    pid = getpid();
+    sdb_slots_reset();
+    if ((reason = sdb_file_create(pid, sdb_child_start_ticks(), why, cap)) != NULL) return reason;
     sdb_copy_cstr(sdb.hdr->layout_name, sizeof(sdb.hdr->layout_name), sdb.layout_name, strlen(sdb.layout_name));
     memcpy(&sdb.hdr->layout, &sdb.layout, sizeof(sdb.layout));
     sdb.enabled = 1;
     __atomic_store_n(&sdb.hdr->status, SDB_STATUS_ENABLED, __ATOMIC_RELEASE);
-    sdb_slot_register(rb_thread_current(), sdb_gettid(), rb_funcall(rb_thread_current(), sdb_id_name, 0),
-                      SDB_SLOT_MAIN | SDB_SLOT_ADOPTED);
+    /* the thread that forked is the child's only one: its tid is the child's pid */
+    th = rb_thread_current();
+    sdb_slot_register(th, (uint32_t)pid, sdb_thread_name(th), SDB_SLOT_MAIN | SDB_SLOT_ADOPTED, 1);
     return NULL;
 }
 
@@ -1335,8 +1407,7 @@ sdb_after_failed_exec(void)
         unlink(sdb.path);
         return;
     }
-    close(sdb.fd);
-    sdb.fd = fd;
+    close(fd);
 }
 
 /* ---------- the methods sdb takes over: Thread#name=, Process._fork, exec ----------
@@ -1403,7 +1474,9 @@ sdb_m_name_set(VALUE self, VALUE name)
 static VALUE
 sdb_m_fork(VALUE self)
 {
-    VALUE pid = sdb.orig_fork(self);
+    VALUE pid;
+    if (sdb.hdr) sdb.fork_boot_ns = sdb_now_ns(CLOCK_BOOTTIME); /* the child's start lies after this */
+    pid = sdb.orig_fork(self);
     if (FIXNUM_P(pid) && FIX2LONG(pid) > 0 && sdb.hdr) {
         sdb_follow_child((pid_t)FIX2LONG(pid));
     }
@@ -1461,6 +1534,9 @@ sdb_take_over_methods(void)
     if (!(sdb.orig_exec_kernel = sdb_cfunc_of(rb_mKernel, "exec", -1))) return "Kernel#exec";
     if (!(sdb.orig_exec_kernel_s = sdb_cfunc_of(kernel_s, "exec", -1))) return "Kernel.exec";
     if (!(sdb.orig_exec_process = sdb_cfunc_of(process_s, "exec", -1))) return "Process.exec";
+    /* optional: without them the thread-begin hook calls the methods */
+    sdb.orig_native_thread_id = sdb_cfunc_of(rb_cThread, "native_thread_id", 0);
+    sdb.orig_thread_name = sdb_cfunc_of(rb_cThread, "name", 0);
     verbose = ruby_verbose; /* no "method redefined" warning under -w */
     ruby_verbose = Qnil;
     rb_define_method(rb_cThread, "name=", sdb_m_name_set, 1);
@@ -1611,7 +1687,15 @@ sdb_open(VALUE self)
 
     if (sdb.hdr) return Qnil; /* already open */
     sdb_remove_stale_registries();
-    if ((reason = sdb_file_create(why, sizeof(why))) != NULL) return rb_str_new_cstr(reason);
+    sdb.clk_tck = sysconf(_SC_CLK_TCK);
+    sdb_copy_cstr(sdb.ruby_version, sizeof(sdb.ruby_version), RSTRING_PTR(ver), RSTRING_LEN(ver));
+    {
+        VALUE desc = sdb_const_str("RUBY_DESCRIPTION");
+        sdb_copy_cstr(sdb.ruby_description, sizeof(sdb.ruby_description), RSTRING_PTR(desc), RSTRING_LEN(desc));
+    }
+    if (!sdb.free_stack) sdb_slots_alloc(sdb_slot_count_from_env());
+    if ((reason = sdb_file_create(getpid(), sdb_proc_start_ticks(), why, sizeof(why))) != NULL)
+        return rb_str_new_cstr(reason);
     if (!sdb.end_proc_set) {
         rb_set_end_proc(sdb_at_exit, Qnil);
         sdb.end_proc_set = 1;
@@ -1708,8 +1792,8 @@ Init_sdb_ext(void)
     sdb_id_name = rb_intern("name");
     sdb_id_warn = rb_intern("warn");
     sdb_id_native_thread_id = rb_intern("native_thread_id");
-    sdb.threads = rb_obj_hide(rb_ary_new());
-    rb_gc_register_mark_object(sdb.threads);
+    sdb.threads_holder = rb_obj_hide(TypedData_Wrap_Struct(rb_cObject, &sdb_threads_type, &sdb) /* not NULL: Ruby marks only data with a pointer */);
+    rb_gc_register_mark_object(sdb.threads_holder);
     sdb.strings = rb_obj_hide(rb_hash_new());
     rb_gc_register_mark_object(sdb.strings);
     {
