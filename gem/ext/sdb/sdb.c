@@ -136,6 +136,9 @@ sdb_tls_set(struct sdb_slot *s)
     sdb_tls_thread = s ? s->thread_addr : 0;
 }
 
+static int sdb_slot_register(VALUE thread, uint32_t tid, VALUE name, uint32_t flags, int current);
+static VALUE sdb_thread_name(VALUE thread);
+
 /* fork: the child's only thread must not keep a pointer into the parent's mapping */
 static void
 sdb_tls_atfork_child(void)
@@ -313,43 +316,22 @@ sdb_remove_stale_registries(void)
     while ((e = readdir(d)) != NULL && seen++ < SDB_STALE_SCAN_MAX) {
         char *end;
         long pid;
-        if (strncmp(e->d_name, "sdb-", 4) != 0) continue;
-        errno = 0;
-        pid = strtol(e->d_name + 4, &end, 10);
-        if (errno || *end || pid <= 0 || pid > INT_MAX || pid == (long)getpid()) continue;
+        if (strncmp(e->d_name, "sdb-", 4) == 0) {
+            errno = 0;
+            pid = strtol(e->d_name + 4, &end, 10);
+            if (errno || *end || pid <= 0 || pid > INT_MAX || pid == (long)getpid()) continue;
+        }
+        else if (strncmp(e->d_name, ".sdb-spare-", 11) == 0) { /* .sdb-spare-<pid>-<n>: a spare's header names its maker */
+            errno = 0;
+            pid = strtol(e->d_name + 11, &end, 10);
+            if (errno || *end != '-' || pid <= 0 || pid > INT_MAX) continue;
+        }
+        else {
+            continue;
+        }
         sdb_remove_if_stale(dirfd(d), "", e->d_name, pid, getpid());
     }
     closedir(d);
-}
-
-/* Fork children whose registries this process removes once they are gone: a child that ends by
- * exit! (fork-per-job servers: Resque, and many a `fork { ...; exit! }`) or a signal cannot remove
- * its own. Checked at each fork and at exit: kill(pid, 0) says ESRCH once the child was reaped
- * (a zombie keeps its registry until then). With SDB_CHILDREN_MAX children alive at once, a
- * further one is not followed: the next `require "sdb"` of this user removes its file. */
-static void
-sdb_sweep_children(void)
-{
-    uint32_t i, kept = 0;
-    for (i = 0; i < sdb.nchildren; i++) {
-        pid_t pid = sdb.children[i];
-        char name[48];
-        if (kill(pid, 0) == 0 || errno != ESRCH) {
-            sdb.children[kept++] = pid;
-            continue;
-        }
-        /* by absolute path: no directory to open and close at every fork */
-        snprintf(name, sizeof(name), "%s%d", SDB_REGISTRY_PREFIX, (int)pid);
-        sdb_remove_if_stale(AT_FDCWD, "/dev/shm/", name, (long)pid, sdb.pid);
-    }
-    sdb.nchildren = kept;
-}
-
-static void
-sdb_follow_child(pid_t pid)
-{
-    sdb_sweep_children();
-    if (sdb.nchildren < SDB_CHILDREN_MAX) sdb.children[sdb.nchildren++] = pid;
 }
 
 static uint32_t
@@ -401,70 +383,284 @@ sdb_slots_reset(void)
     sdb.dead_pending = 0;
 }
 
-/* Creates /dev/shm/sdb-<pid> for `pid` (this process), sizes and maps it for sdb.slot_count slots and
- * fills the header (status STARTING). No fd is kept: the mapping holds the file. Returns NULL or
- * a reason (in `why`). */
+/* Where the parts of a registry of sdb.slot_count slots lie, and its size. */
+struct sdb_geometry {
+    uint32_t slots_offset;
+    size_t spans_offset, strings_offset, size;
+};
+
+static struct sdb_geometry
+sdb_geometry(void)
+{
+    struct sdb_geometry g;
+    g.slots_offset = (uint32_t)((sizeof(struct sdb_header) + 63) & ~(size_t)63);
+    g.spans_offset = ((size_t)g.slots_offset + (size_t)sdb.slot_count * sizeof(struct sdb_slot) + 63) & ~(size_t)63;
+    g.strings_offset = g.spans_offset + (size_t)SDB_SPAN_EVENTS * sizeof(struct sdb_span_event);
+    g.size = g.strings_offset + SDB_STRINGS_SIZE;
+    return g;
+}
+
+/* Fills a zeroed header for process `pid` (status STARTING). The layout comes later (sdb_open
+ * checks it; a fork child and a spare get the parent's). */
+static void
+sdb_header_init(struct sdb_header *h, pid_t pid, uint64_t start_ticks)
+{
+    struct sdb_geometry g = sdb_geometry();
+    memcpy(h->magic, SDB_REGISTRY_MAGIC, 8);
+    h->version = SDB_REGISTRY_VERSION;
+    h->header_size = sizeof(struct sdb_header);
+    h->slot_size = sizeof(struct sdb_slot);
+    h->slot_count = sdb.slot_count;
+    h->slots_offset = g.slots_offset;
+    h->pid = (uint32_t)pid;
+    h->status = SDB_STATUS_STARTING;
+    h->proc_start_ticks = start_ticks;
+    h->created_mono_ns = sdb_now_ns(CLOCK_MONOTONIC);
+    h->spans_offset = (uint32_t)g.spans_offset;
+    h->span_count = SDB_SPAN_EVENTS;
+    h->strings_offset = (uint32_t)g.strings_offset;
+    h->strings_size = SDB_STRINGS_SIZE;
+    memcpy(h->ruby_version, sdb.ruby_version, sizeof(h->ruby_version));
+    memcpy(h->ruby_description, sdb.ruby_description, sizeof(h->ruby_description));
+}
+
+/* Creates `path` (O_EXCL, 0600), sizes and maps it. No fd is kept: the mapping holds the file.
+ * The mapping, or NULL with errno set; *ino and *dev when asked (an fstat more). */
+static void *
+sdb_map_new(const char *path, size_t size, uint64_t *ino, uint64_t *dev)
+{
+    struct stat st;
+    void *map = MAP_FAILED;
+    int fd = open(path, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, 0600), err;
+    if (fd < 0) return NULL;
+    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)size) != 0 || (ino && fstat(fd, &st) != 0) ||
+        (map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+        err = errno;
+        close(fd);
+        unlink(path);
+        errno = err;
+        return NULL;
+    }
+    close(fd);
+    if (ino) {
+        *ino = (uint64_t)st.st_ino;
+        *dev = (uint64_t)st.st_dev;
+    }
+    return map;
+}
+
+/* Makes `map` (a registry mapped here) this process's registry, /dev/shm/sdb-<pid>. */
+static void
+sdb_use_map(void *map, pid_t pid)
+{
+    struct sdb_geometry g = sdb_geometry();
+    sdb.pid = pid;
+    snprintf(sdb.path, sizeof(sdb.path), "%s%d", SDB_REGISTRY_PREFIX, (int)pid);
+    sdb.map = map;
+    sdb.map_size = g.size;
+    sdb.hdr = (struct sdb_header *)map;
+    sdb.slots = (struct sdb_slot *)((char *)map + g.slots_offset);
+    sdb.next_serial = 1;
+    sdb.warned_full = 0;
+    sdb.spans = (struct sdb_span_event *)((char *)map + g.spans_offset);
+    sdb.strings_base = (char *)map + g.strings_offset;
+    sdb.next_span = 1;
+    if (RHASH_SIZE(sdb.strings)) rb_hash_clear(sdb.strings); /* a fork child's table starts empty */
+}
+
+/* Creates /dev/shm/sdb-<pid> for `pid` (this process), sized for sdb.slot_count slots, and fills
+ * the header (status STARTING). Returns NULL or a reason (in `why`). */
 static const char *
 sdb_file_create(pid_t pid, uint64_t start_ticks, char *why, size_t cap)
 {
-    uint32_t count = sdb.slot_count;
-    uint32_t slots_offset = (uint32_t)((sizeof(struct sdb_header) + 63) & ~(size_t)63);
-    size_t spans_offset = ((size_t)slots_offset + (size_t)count * sizeof(struct sdb_slot) + 63) & ~(size_t)63;
-    size_t strings_offset = spans_offset + (size_t)SDB_SPAN_EVENTS * sizeof(struct sdb_span_event);
-    size_t size = strings_offset + SDB_STRINGS_SIZE;
-    int fd = -1, attempt;
+    struct sdb_geometry g = sdb_geometry();
+    char path[64];
     void *map;
-
-    sdb.pid = pid;
-    snprintf(sdb.path, sizeof(sdb.path), "%s%d", SDB_REGISTRY_PREFIX, (int)pid);
-    for (attempt = 0; attempt < 2; attempt++) {
-        fd = open(sdb.path, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, 0600);
-        if (fd >= 0 || errno != EEXIST || attempt == 1) break;
-        unlink(sdb.path); /* stale file of an earlier process with our pid */
+    snprintf(path, sizeof(path), "%s%d", SDB_REGISTRY_PREFIX, (int)pid);
+    if (!(map = sdb_map_new(path, g.size, NULL, NULL)) && errno == EEXIST) {
+        unlink(path); /* stale file of an earlier process with our pid */
+        map = sdb_map_new(path, g.size, NULL, NULL);
     }
-    if (fd < 0) {
+    if (!map) {
         snprintf(why, cap, "cannot create %s (%s); profiling disabled (is /dev/shm mounted and writable?)",
-                 sdb.path, strerror(errno));
+                 path, strerror(errno));
         sdb.path[0] = 0;
         return why;
     }
-    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)size) != 0 ||
-        (map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
-        snprintf(why, cap, "cannot size or map %s (%s); profiling disabled", sdb.path, strerror(errno));
-        close(fd);
-        unlink(sdb.path);
-        sdb.path[0] = 0;
-        return why;
-    }
-    close(fd);
-    sdb.map = map;
-    sdb.map_size = size;
-    sdb.hdr = (struct sdb_header *)map;
-    sdb.slots = (struct sdb_slot *)((char *)map + slots_offset);
-    sdb.next_serial = 1;
-    sdb.warned_full = 0;
-    sdb.spans = (struct sdb_span_event *)((char *)map + spans_offset);
-    sdb.strings_base = (char *)map + strings_offset;
-    sdb.next_span = 1;
-    if (RHASH_SIZE(sdb.strings)) rb_hash_clear(sdb.strings); /* a fork child's table starts empty */
-
-    memcpy(sdb.hdr->magic, SDB_REGISTRY_MAGIC, 8);
-    sdb.hdr->version = SDB_REGISTRY_VERSION;
-    sdb.hdr->header_size = sizeof(struct sdb_header);
-    sdb.hdr->slot_size = sizeof(struct sdb_slot);
-    sdb.hdr->slot_count = count;
-    sdb.hdr->slots_offset = slots_offset;
-    sdb.hdr->pid = (uint32_t)pid;
-    sdb.hdr->status = SDB_STATUS_STARTING;
-    sdb.hdr->proc_start_ticks = start_ticks;
-    sdb.hdr->created_mono_ns = sdb_now_ns(CLOCK_MONOTONIC);
-    sdb.hdr->spans_offset = (uint32_t)spans_offset;
-    sdb.hdr->span_count = SDB_SPAN_EVENTS;
-    sdb.hdr->strings_offset = (uint32_t)strings_offset;
-    sdb.hdr->strings_size = SDB_STRINGS_SIZE;
-    memcpy(sdb.hdr->ruby_version, sdb.ruby_version, sizeof(sdb.hdr->ruby_version));
-    memcpy(sdb.hdr->ruby_description, sdb.ruby_description, sizeof(sdb.hdr->ruby_description));
+    sdb_use_map(map, pid);
+    sdb_header_init(sdb.hdr, pid, start_ticks);
     return NULL;
+}
+
+/* ---------- the spare: a fork child's registry, made ready by the parent ----------
+ * A child must publish /dev/shm/sdb-<its pid> at once (a sidecar following the process tree
+ * looks for it, and attaches from the child's first moments). Creating, sizing and mapping a
+ * file there, and removing it once the child is gone, cost the child and the parent ~60 us a
+ * fork. So the parent keeps one spare registry ready, mapped and with its header filled
+ * (/dev/shm/.sdb-spare-<pid>-<n>, its own pid and start ticks: stale by the same rule as a
+ * registry). A fork child inherits the mapping: it writes its pid, start ticks and main thread
+ * into it, then renames it to sdb-<its pid>: the file appears whole. The parent lends it at
+ * that fork and keeps it mapped; once that child is gone (reaped: kill says ESRCH), the parent
+ * renames the file back to a spare name, checks it is still the very file it made (inode), and
+ * empties it (MADV_REMOVE punches the pages out; the header page is rewritten): a fork-per-job
+ * loop makes and removes no file at all. A child that ended by a normal exit removed its file:
+ * the parent then drops the mapping and makes a new spare before the next fork; so it does when
+ * the lent child still lives at the next fork (puma's workers): that child's file is then
+ * removed the old way once it is gone (sdb_sweep_children). */
+static struct {
+    void *map;       /* NULL: none */
+    uint64_t ino, dev;
+    pid_t lent_to;   /* 0: ready under `path`; else the child that got it at fork */
+    uint32_t seq;    /* names the next spare */
+    char path[96];   /* /dev/shm/.sdb-spare-<pid>-<n> */
+} sdb_spare;
+
+#define SDB_SPARE_PREFIX "/dev/shm/.sdb-spare-"
+
+static void
+sdb_spare_name(void)
+{
+    snprintf(sdb_spare.path, sizeof(sdb_spare.path), "%s%d-%u", SDB_SPARE_PREFIX, (int)sdb.pid, sdb_spare.seq++);
+}
+
+/* The header of a spare: this (the parent) process's pid and start ticks until a child claims it,
+ * the checked layout. */
+static void
+sdb_spare_fill(void)
+{
+    struct sdb_header *h = (struct sdb_header *)sdb_spare.map;
+    sdb_header_init(h, sdb.pid, sdb.hdr->proc_start_ticks);
+    sdb_copy_cstr(h->layout_name, sizeof(h->layout_name), sdb.layout_name, strlen(sdb.layout_name));
+    memcpy(&h->layout, &sdb.layout, sizeof(sdb.layout));
+}
+
+static void
+sdb_spare_drop(void)
+{
+    if (sdb_spare.map) munmap(sdb_spare.map, sdb.map_size);
+    sdb_spare.map = NULL;
+    sdb_spare.lent_to = 0;
+}
+
+/* Before a fork: a spare ready to lend, made if none is (or the last one is still lent to a
+ * live child). Nothing on failure: the child then makes its own registry. */
+static void
+sdb_spare_ready(void)
+{
+    if (sdb_spare.map && !sdb_spare.lent_to) return;
+    sdb_spare_drop();
+    sdb_spare_name();
+    if (!(sdb_spare.map = sdb_map_new(sdb_spare.path, sdb.map_size, &sdb_spare.ino, &sdb_spare.dev))) return;
+    sdb_spare_fill();
+}
+
+/* The child the spare was lent to is gone: take its file back as the spare, emptied. */
+static void
+sdb_spare_take_back(void)
+{
+    char child[48], old[96];
+    struct stat st;
+    long page = sysconf(_SC_PAGESIZE);
+    snprintf(child, sizeof(child), "%s%d", SDB_REGISTRY_PREFIX, (int)sdb_spare.lent_to);
+    memcpy(old, sdb_spare.path, sizeof(old));
+    sdb_spare_name();
+    if (renameat2(AT_FDCWD, child, AT_FDCWD, sdb_spare.path, RENAME_NOREPLACE) != 0) {
+        /* never claimed (the child ended first) and still ours, or removed by the child's exit */
+        if (errno != ENOENT || fstatat(AT_FDCWD, old, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            (uint64_t)st.st_ino != sdb_spare.ino || (uint64_t)st.st_dev != sdb_spare.dev ||
+            renameat2(AT_FDCWD, old, AT_FDCWD, sdb_spare.path, RENAME_NOREPLACE) != 0) {
+            sdb_spare_drop();
+            return;
+        }
+    }
+    else if (fstatat(AT_FDCWD, sdb_spare.path, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+             (uint64_t)st.st_ino != sdb_spare.ino || (uint64_t)st.st_dev != sdb_spare.dev) {
+        /* not the file lent (a new process with that pid made its own): put it back */
+        renameat2(AT_FDCWD, sdb_spare.path, AT_FDCWD, child, RENAME_NOREPLACE);
+        sdb_spare_drop();
+        return;
+    }
+    sdb_spare.lent_to = 0;
+    if (page <= 0 || (size_t)page >= sdb.map_size ||
+        madvise((char *)sdb_spare.map + page, sdb.map_size - (size_t)page, MADV_REMOVE) != 0) {
+        unlink(sdb_spare.path);
+        sdb_spare_drop();
+        return;
+    }
+    memset(sdb_spare.map, 0, (size_t)page);
+    sdb_spare_fill();
+}
+
+/* In a fork child: the spare the parent had ready is ours. The header and the main thread are
+ * written before the file takes our name, so it appears whole. 0, or -1 (the caller makes a
+ * registry of its own). */
+static int
+sdb_spare_claim(pid_t pid, uint64_t start_ticks)
+{
+    char path[64];
+    struct sdb_header *h = (struct sdb_header *)sdb_spare.map;
+    VALUE th = rb_thread_current();
+    int attempt;
+    h->pid = (uint32_t)pid;
+    h->proc_start_ticks = start_ticks;
+    h->created_mono_ns = sdb_now_ns(CLOCK_MONOTONIC);
+    sdb_use_map(sdb_spare.map, pid);
+    sdb.enabled = 1;
+    __atomic_store_n(&h->status, SDB_STATUS_ENABLED, __ATOMIC_RELEASE);
+    sdb_slot_register(th, (uint32_t)pid, sdb_thread_name(th), SDB_SLOT_MAIN | SDB_SLOT_ADOPTED, 1);
+    snprintf(path, sizeof(path), "%s%d", SDB_REGISTRY_PREFIX, (int)pid);
+    for (attempt = 0; attempt < 2; attempt++) {
+        if (renameat2(AT_FDCWD, sdb_spare.path, AT_FDCWD, path, RENAME_NOREPLACE) == 0) {
+            sdb_spare.map = NULL; /* it is our registry now; we have no spare */
+            return 0;
+        }
+        if (errno != EEXIST) break;
+        unlink(path); /* stale file of an earlier process with our pid */
+    }
+    sdb.enabled = 0;
+    sdb_tls_set(NULL);
+    sdb.map = NULL;
+    sdb.hdr = NULL;
+    sdb.slots = NULL;
+    sdb.path[0] = 0;
+    sdb_slots_reset();
+    unlink(sdb_spare.path);
+    sdb_spare_drop();
+    return -1;
+}
+
+/* Fork children whose registries this process removes once they are gone: a child that ends by
+ * exit! (fork-per-job servers: Resque, and many a `fork { ...; exit! }`) or a signal cannot remove
+ * its own. Checked before each fork and at exit: kill(pid, 0) says ESRCH once the child was reaped
+ * (a zombie keeps its registry until then). The child the spare was lent to gives its file back
+ * as the next spare (`take_back`: before a fork). With SDB_CHILDREN_MAX children alive at once, a
+ * further one is not followed: the next `require "sdb"` of this user removes its file. */
+static void
+sdb_sweep_children(int take_back)
+{
+    uint32_t i, kept = 0;
+    for (i = 0; i < sdb.nchildren; i++) {
+        pid_t pid = sdb.children[i];
+        char name[48];
+        if (kill(pid, 0) == 0 || errno != ESRCH) {
+            sdb.children[kept++] = pid;
+            continue;
+        }
+        if (take_back && sdb_spare.map && sdb_spare.lent_to == pid) {
+            sdb_spare_take_back();
+            continue;
+        }
+        /* by absolute path: no directory to open and close at every fork */
+        snprintf(name, sizeof(name), "%s%d", SDB_REGISTRY_PREFIX, (int)pid);
+        sdb_remove_if_stale(AT_FDCWD, "/dev/shm/", name, (long)pid, sdb.pid);
+    }
+    sdb.nchildren = kept;
+}
+
+static void
+sdb_follow_child(pid_t pid)
+{
+    if (sdb.nchildren < SDB_CHILDREN_MAX) sdb.children[sdb.nchildren++] = pid;
 }
 
 static void
@@ -480,8 +676,10 @@ static void
 sdb_at_exit(VALUE unused)
 {
     (void)unused;
-    if (sdb.path[0] && sdb.hdr && getpid() == sdb.pid) unlink(sdb.path);
-    if (getpid() == sdb.pid) sdb_sweep_children();
+    if (getpid() != sdb.pid) return;
+    if (sdb.path[0] && sdb.hdr) unlink(sdb.path);
+    if (sdb_spare.map) unlink(sdb_spare.path); /* gone already if a child took it */
+    sdb_sweep_children(0);
 }
 
 /* ---------- the layout check ---------- */
@@ -1346,15 +1544,17 @@ sdb_slot_rename(uint64_t th, VALUE name)
 }
 
 /* In a fork child: drop the parent's registry (unmap, never unlink) and publish our own, with
- * the forking thread as the main thread. The parent checked the layout and found the symbol table
- * (same Ruby, same memory: libruby's data is where it was; scanning it again cost a child ~1 ms).
- * Nothing here allocates: see sdb_slots_alloc. NULL or a reason (in `why`). */
+ * the forking thread as the main thread: the spare the parent had ready (sdb_spare_claim), else a
+ * file made here. The parent checked the layout and found the symbol table (same Ruby, same
+ * memory: libruby's data is where it was; scanning it again cost a child ~1 ms). Nothing here
+ * allocates: see sdb_slots_alloc. NULL or a reason (in `why`). */
 static const char *
 sdb_after_fork_child(char *why, size_t cap)
 {
     const char *reason;
     int was_enabled = sdb.enabled;
     pid_t pid;
+    uint64_t ticks;
     VALUE th;
     sdb.nchildren = 0;     /* the parent's children are not ours */
     if (!sdb.hdr) return NULL;
@@ -1364,10 +1564,16 @@ sdb_after_fork_child(char *why, size_t cap)
     sdb.hdr = NULL;
     sdb.slots = NULL;
     sdb.path[0] = 0;
-    if (!was_enabled) return NULL;
+    if (!was_enabled) {
+        sdb_spare_drop();
+        return NULL;
+    }
     pid = getpid();
+    ticks = sdb_child_start_ticks();
     sdb_slots_reset();
-    if ((reason = sdb_file_create(pid, sdb_child_start_ticks(), why, cap)) != NULL) return reason;
+    if (sdb_spare.map && !sdb_spare.lent_to && sdb_spare_claim(pid, ticks) == 0) return NULL;
+    sdb_spare_drop();
+    if ((reason = sdb_file_create(pid, ticks, why, cap)) != NULL) return reason;
     sdb_copy_cstr(sdb.hdr->layout_name, sizeof(sdb.hdr->layout_name), sdb.layout_name, strlen(sdb.layout_name));
     memcpy(&sdb.hdr->layout, &sdb.layout, sizeof(sdb.layout));
     sdb.enabled = 1;
@@ -1383,7 +1589,12 @@ sdb_after_fork_child(char *why, size_t cap)
 static void
 sdb_before_exec(void)
 {
-    if (sdb.hdr && sdb.path[0] && getpid() == sdb.pid) unlink(sdb.path);
+    if (getpid() != sdb.pid) return;
+    if (sdb.hdr && sdb.path[0]) unlink(sdb.path);
+    if (sdb_spare.map) { /* a new spare is made at the next fork, if exec fails */
+        if (!sdb_spare.lent_to) unlink(sdb_spare.path);
+        sdb_spare_drop();
+    }
 }
 
 /* exec returned (raised): we are still this Ruby: publish the registry again under the same
@@ -1475,9 +1686,14 @@ static VALUE
 sdb_m_fork(VALUE self)
 {
     VALUE pid;
-    if (sdb.hdr) sdb.fork_boot_ns = sdb_now_ns(CLOCK_BOOTTIME); /* the child's start lies after this */
+    if (sdb.hdr && sdb.enabled) {
+        sdb_sweep_children(1);
+        sdb_spare_ready();
+        sdb.fork_boot_ns = sdb_now_ns(CLOCK_BOOTTIME); /* the child's start lies after this */
+    }
     pid = sdb.orig_fork(self);
     if (FIXNUM_P(pid) && FIX2LONG(pid) > 0 && sdb.hdr) {
+        if (sdb_spare.map && !sdb_spare.lent_to) sdb_spare.lent_to = (pid_t)FIX2LONG(pid);
         sdb_follow_child((pid_t)FIX2LONG(pid));
     }
     else if (pid == INT2FIX(0)) {
