@@ -8,10 +8,11 @@
  * reads it lock-free; every slot write goes through a seqlock.
  *
  * Threading: every entry point below runs with the GVL held, except
- * sdb_thread_exited (Ruby >= 3.2 internal thread hook), which may only
- * mark a slot dead with plain stores. lib/sdb.rb owns thread lifecycle
- * (Thread.new/start/fork, name=, Process._fork) and calls the private
- * singleton methods registered in Init_sdb_ext.
+ * sdb_thread_event (Ruby >= 3.2 internal thread hook), which may only
+ * store a thread's state and mark a slot dead with plain stores. Thread
+ * lifecycle is C: a THREAD_BEGIN/END event hook, and C functions in the
+ * place of Thread#name=, Process._fork and exec. At fork the child claims
+ * the spare registry its parent made ready (sdb_spare_*).
  **********************************************************************/
 #define _GNU_SOURCE 1
 #include <ruby.h>
