@@ -6,7 +6,13 @@ loop. Configurations, interleaved round by round (order rotated), each a fresh R
 target core: no profiler (sdb not loaded), the gem loaded (each child publishes its own registry,
 the parent removes the registries of its children once they are gone), and the gem with
 sdb-sidecar attached at 1 kHz on the other core. Ratio = wall time / the same round's no-profiler
-time. After each gem round, the registries its children left in /dev/shm are counted (0 expected)."""
+time. After each gem round, the registries its children left in /dev/shm are counted (0 expected).
+
+The same again with malloc's fastbins consolidated before each fork (recursion.rb fork_consolidated):
+Ruby 3.1's fork child makes a large allocation that consolidates the fastbins it inherited, a
+copy-on-write fault on every page they lie on, and how many pages that is depends on the heap's
+layout (the gem's require changes it), not on the gem's work at fork: that table shows the gem's
+own cost. The target is judged on the plain loop."""
 from __future__ import annotations
 
 import glob
@@ -21,27 +27,40 @@ CONFIGS = [("none", "none", 0), ("gem", "sdb", 0), ("sdb 1 kHz", "sdb", 1000)]
 TARGET = 1.05       # the gem, no sidecar: at most 5 % slower (median of interleaved rounds)
 
 
+WORKLOADS = [("fork", "fork { exit!(0) } + wait"),
+             ("fork_consolidated", "the same, fastbins consolidated before each fork")]
+
+
 def run(cfg) -> str:
     common.pin_self()
     rounds = 1 if cfg.quick else cfg.rounds or 11
     size = 200 if cfg.quick else 2000       # ~0.2 s / ~2 s on the test machine
-    before = set(glob.glob("/dev/shm/sdb-*"))
+
+    def ours() -> set:
+        return set(glob.glob("/dev/shm/sdb-*") + glob.glob("/dev/shm/.sdb-spare-*"))
+
+    before = ours()
+    raws = {}
     with tempfile.TemporaryDirectory(prefix="sdb-bench-") as tmp:
-        raw = cpu_micro.interleave(cfg, CONFIGS, "fork", size, rounds, tmp)
-    left = sorted(set(glob.glob("/dev/shm/sdb-*")) - before)
-    rows, table = [], []
-    for name, _, _ in CONFIGS:
-        rs = raw[name]
-        row = {"workload": "fork", "config": name, "seconds": summary([r["seconds"] for r in rs]),
-               "us_per_fork": summary([r["seconds"] / size * 1e6 for r in rs]),
-               "ratio": summary([r["ratio"] for r in rs]), "rounds": rs}
-        verdict = ""
-        if name == "gem" and not cfg.quick:
-            verdict = f" (target <= {TARGET:g}: " + ("met)" if row["ratio"]["median"] <= TARGET else "MISSED)")
-        rows.append(row)
-        table.append([name, fmt(row["us_per_fork"], 0), fmt(row["ratio"], 3) + verdict])
-    t = common.markdown_table(["configuration", "µs per fork + wait", "ratio to none"], table)
-    common.write_result(cfg, NAME, {"rounds": rounds, "forks": size}, rows, t,
+        for workload, _ in WORKLOADS:
+            raws[workload] = cpu_micro.interleave(cfg, CONFIGS, workload, size, rounds, tmp)
+    left = sorted(ours() - before)
+    rows, tables = [], []
+    for workload, title in WORKLOADS:
+        table = []
+        for name, _, _ in CONFIGS:
+            rs = raws[workload][name]
+            row = {"workload": workload, "config": name, "seconds": summary([r["seconds"] for r in rs]),
+                   "us_per_fork": summary([r["seconds"] / size * 1e6 for r in rs]),
+                   "ratio": summary([r["ratio"] for r in rs]), "rounds": rs}
+            verdict = ""
+            if name == "gem" and workload == "fork" and not cfg.quick:
+                verdict = f" (target <= {TARGET:g}: " + ("met)" if row["ratio"]["median"] <= TARGET else "MISSED)")
+            rows.append(row)
+            table.append([name, fmt(row["us_per_fork"], 0), fmt(row["ratio"], 3) + verdict])
+        tables.append((title, common.markdown_table(["configuration", "µs per fork + wait", "ratio to none"], table)))
+    text = "\n\n".join(f"{title}:\n\n{t}" for title, t in tables)
+    common.write_result(cfg, NAME, {"rounds": rounds, "forks": size}, rows, text,
                         extra={"registries_left": len(left)})
     return (f"### fork_cost: {size} x fork {{ exit!(0) }} + wait (median of {rounds} rounds, (min-max); "
-            f"{common.machine(cfg)['pinning']}); registries left in /dev/shm: {len(left)}\n\n{t}\n")
+            f"{common.machine(cfg)['pinning']}); registries and spares left in /dev/shm: {len(left)}\n\n{text}\n")

@@ -4,6 +4,12 @@
 #             threads: SIZE times Thread.new { }.join
 #             alloc: SIZE times a 20-string Array kept in a ring of 20,000 (GC runs all the time)
 #             fork: SIZE times fork { exit!(0) } and wait for it (a fork-per-job server's loop)
+#             fork_consolidated: the same, with malloc's fastbins consolidated before each fork (a
+#                    4 KiB malloc and free, through Fiddle, loaded in every configuration): Ruby 3.1's
+#                    child makes a large allocation (its PRNG state) that consolidates the fastbins
+#                    it inherited, a copy-on-write fault on every page they lie on; how many there
+#                    are depends on the heap's layout, which swung the fork workload's ratio by
+#                    +-40 %, not on what the gem does at fork
 #             spans: SIZE units of work, each Sdb.label(endpoint:, request_id:) { } (a request's begin
 #                    and end); without sdb a Sdb.label that only yields stands in for it. The
 #                    objects allocated during the loop are printed after the result ("allocated N")
@@ -44,6 +50,13 @@ def fork_workload(count)
   count.times { Process.wait(fork { exit!(0) }) }
 end
 
+def fork_consolidated_workload(count)
+  count.times do
+    Fiddle.free(Fiddle.malloc(4096).to_i) # glibc: a large-bin request consolidates the fastbins first
+    Process.wait(fork { exit!(0) })
+  end
+end
+
 unless defined?(Sdb)
   module Sdb
     def self.label(endpoint:, request_id: nil) = yield   # the app without sdb: the block runs, nothing else
@@ -69,6 +82,7 @@ work = case workload
        when "threads" then -> { threads_workload(size) }
        when "alloc" then -> { alloc_workload(size) }
        when "fork" then -> { fork_workload(size) }
+       when "fork_consolidated" then require("fiddle") && -> { fork_consolidated_workload(size) }
        when "spans" then -> { spans_workload(size) }
        else -> { loop_workload(size) }
        end

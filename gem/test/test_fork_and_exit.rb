@@ -52,6 +52,87 @@ class TestForkAndExit < Minitest::Test
     refute r["child_file_left"], "the child's registry is removed at the child's exit"
   end
 
+  # A child's start time is worked out from CLOCK_BOOTTIME around the fork (no read of
+  # /proc/self/stat): a sidecar trusts a registry only if it equals field 22 of /proc/<pid>/stat.
+  def test_fork_children_publish_the_start_time_proc_shows_for_them
+    r = run_json(<<~RUBY)
+      require "sdb"
+      rd, wr = IO.pipe
+      pids = 40.times.map do
+        fork do
+          rd.close
+          h = SdbRegistryReader.read(Sdb.registry_path)
+          stat = File.read("/proc/self/stat").split(") ").last.split
+          wr.puts JSON.dump([h["proc_start_ticks"], Integer(stat[19]), h["pid"], Process.pid])
+          wr.close
+          exit!(0)
+        end
+      end
+      wr.close
+      rows = rd.each_line.map { |l| JSON.parse(l) }
+      pids.each { |pid| Process.wait(pid) }
+      puts JSON.dump(rows)
+    RUBY
+    assert_equal 40, r.size
+    r.each do |published, proc_ticks, header_pid, pid|
+      assert_equal proc_ticks, published, "child #{pid}: start ticks in its registry"
+      assert_equal pid, header_pid
+    end
+  end
+
+  # What a sidecar that follows a process tree finds: the child's registry under its pid, whole,
+  # before the child ran any code of its own (it blocks on a pipe). The first child gets a spare
+  # the parent made; the second the first child's file, taken back once it was gone: it must be
+  # as clean as new (the first child left threads, a span and an endpoint name in it).
+  def test_a_fork_child_is_published_whole_at_once_even_in_a_file_taken_back_from_a_gone_child
+    r = run_json(<<~RUBY)
+      require "sdb"
+      def published(pid)
+        path = "/dev/shm/sdb-\#{pid}"
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 2
+        sleep 0.001 until File.exist?(path) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        h = SdbRegistryReader.read(path)
+        st = File.stat(path)
+        { "pid" => h["pid"], "status" => h["status_name"], "ticks" => h["proc_start_ticks"],
+          "proc_ticks" => Integer(File.read("/proc/\#{pid}/stat").split(") ").last.split[19]),
+          "live" => h["slots"].select { |s| s["live"] == 1 }.map { |s| [s["native_tid"], s["flags"], s["serial"]] },
+          "span_head" => h["span_head"], "strings_used" => h["strings_used"], "layout" => h["layout_name"],
+          "mode" => st.mode & 0o777, "file" => st.file?, "ino" => st.ino }
+      end
+      go_r, go_w = IO.pipe
+      first = fork do
+        go_w.close
+        go_r.read # until the parent has looked; then it fills its registry and ends without cleaning up
+        3.times { Thread.new { sleep } }
+        sleep 0.01 until SdbRegistryReader.live_slots(Sdb.registry_path).size == 4
+        Sdb.label(endpoint: "FirstChildJob", request_id: "abc") { }
+        exit!(0)
+      end
+      first_seen = published(first)
+      go_w.close
+      Process.wait(first)
+      hold_r, hold_w = IO.pipe
+      second = fork { hold_w.close; hold_r.read; exit!(0) }
+      second_seen = published(second)
+      hold_w.close
+      Process.wait(second)
+      puts JSON.dump("first" => [first, first_seen], "second" => [second, second_seen],
+                     "parent_layout" => SdbRegistryReader.read(Sdb.registry_path)["layout_name"])
+    RUBY
+    [r["first"], r["second"]].each do |pid, seen|
+      assert_equal pid, seen["pid"]
+      assert_equal "ENABLED", seen["status"]
+      assert_equal seen["proc_ticks"], seen["ticks"], "start ticks a sidecar checks"
+      assert_equal [[pid, 0x3, 1]], seen["live"], "only the forking thread, as the main thread, serial 1"
+      assert_equal 0, seen["span_head"]
+      assert_equal 0, seen["strings_used"]
+      assert_equal r["parent_layout"], seen["layout"]
+      assert_equal 0o600, seen["mode"]
+      assert seen["file"]
+    end
+    assert_equal r["first"][1]["ino"], r["second"][1]["ino"], "the second child got the first one's file back, emptied"
+  end
+
   def test_io_popen_dash_child_gets_its_own_registry
     out, err, status = run_ruby(<<~RUBY)
       require "sdb"
@@ -113,6 +194,7 @@ class TestForkAndExit < Minitest::Test
       Process.wait(alive_pid)
       Process.wait(zombie_pid)
       puts [alive_path, zombie_path, short_path, *paths].join(" ")
+      puts Process.pid
     RUBY
     assert status.success?, err
     lines = out.lines.map(&:strip)
@@ -121,6 +203,7 @@ class TestForkAndExit < Minitest::Test
     # the parent's exit removed those of its children gone by then
     lines[2].split.each { |p| refute File.exist?(p), "#{p} left behind" }
     assert_equal 6, lines[2].split.uniq.size
+    assert_empty Dir.glob("/dev/shm/.sdb-spare-#{lines[3]}-*"), "no spare registry left by the parent"
   end
 
   def test_stale_file_with_our_pid_is_replaced

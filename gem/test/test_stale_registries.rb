@@ -52,6 +52,14 @@ class TestStaleRegistries < Minitest::Test
     bytes[40, 8] = [sleeper_ticks - 1].pack("Q")
     File.binwrite(reused, bytes)
     File.chmod(0o600, reused)
+    # spare registries (a parent's, made ready for its next fork child): a dead process's goes, a
+    # live one's stays
+    live_pid = Integer(live_path[/\d+\z/])
+    dead_spare = "/dev/shm/.sdb-spare-#{File.basename(by_exit).delete_prefix("sdb-")}-3"
+    File.binwrite(dead_spare, File.binread(by_exit))
+    live_spare = "/dev/shm/.sdb-spare-#{live_pid}-0"
+    File.binwrite(live_spare, File.binread(live_path))
+    [dead_spare, live_spare].each { |f| File.chmod(0o600, f) }
     # not registries: a dead pid's file without the magic, and a symlink
     dead_pid = Process.spawn(RUBY, "-e", "0").tap { |pid| Process.wait(pid) }
     junk = "/dev/shm/sdb-#{dead_pid}"
@@ -66,6 +74,8 @@ class TestStaleRegistries < Minitest::Test
     refute File.exist?(by_kill), "stale registry of a SIGKILLed process removed"
     refute File.exist?(reused), "registry whose pid now belongs to another process removed"
     assert File.exist?(live_path), "a live process's registry stays"
+    refute File.exist?(dead_spare), "a dead process's spare registry removed"
+    assert File.exist?(live_spare), "a live process's spare registry stays"
     assert File.exist?(junk), "a file that is not a registry stays"
     assert File.symlink?(link), "a symlink stays"
     assert_empty Dir.glob("/dev/shm/.sdb-stale-*"), "nothing left aside"
@@ -74,7 +84,7 @@ class TestStaleRegistries < Minitest::Test
     live&.close
     Process.kill(:KILL, sleeper) rescue nil
     Process.wait(sleeper) rescue nil
-    [by_exit, by_kill, reused, junk].compact.each { |f| File.unlink(f) rescue nil }
+    [by_exit, by_kill, reused, junk, dead_spare, live_spare].compact.each { |f| File.unlink(f) rescue nil }
     File.unlink(link) rescue nil if link
   end
 end

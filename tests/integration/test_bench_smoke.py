@@ -86,13 +86,16 @@ def test_cpu_micro_runs_every_configuration(quick_run):
 
 
 def test_fork_cost_runs_every_configuration_and_leaves_no_registry(tmp_path):
-    # GIVEN the fork benchmark in its quick form (200 x fork { exit!(0) } + wait per configuration)
+    # GIVEN the fork benchmark in its quick form (200 x fork { exit!(0) } + wait per configuration,
+    # plainly and with malloc's fastbins consolidated before each fork)
     run_bench_quick(tmp_path, "fork_cost", timeout=170)
     with open(tmp_path / "fork_cost-quick.json") as f:
         doc = json.load(f)
-    # THEN every configuration forked, the attached sidecar sampled, and the children's registries
-    # (children ended by exit!, which runs no at_exit) were all removed by their parent
-    assert [row["config"] for row in doc["rows"]] == ["none", "gem", "sdb 1 kHz"]
+    # THEN every configuration of both loops forked, the attached sidecar sampled, and the children's
+    # registries (children ended by exit!, which runs no at_exit) and the parents' spares were all
+    # removed by their parent
+    assert [(row["workload"], row["config"]) for row in doc["rows"]] == [
+        (w, c) for w in ("fork", "fork_consolidated") for c in ("none", "gem", "sdb 1 kHz")]
     assert all(row["us_per_fork"]["median"] > 0 for row in doc["rows"])
-    assert doc["rows"][2]["rounds"][0]["samples"] > 0
+    assert all(row["rounds"][0]["samples"] > 0 for row in doc["rows"] if row["config"] == "sdb 1 kHz")
     assert doc["registries_left"] == 0

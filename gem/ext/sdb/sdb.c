@@ -8,10 +8,11 @@
  * reads it lock-free; every slot write goes through a seqlock.
  *
  * Threading: every entry point below runs with the GVL held, except
- * sdb_thread_exited (Ruby >= 3.2 internal thread hook), which may only
- * mark a slot dead with plain stores. lib/sdb.rb owns thread lifecycle
- * (Thread.new/start/fork, name=, Process._fork) and calls the private
- * singleton methods registered in Init_sdb_ext.
+ * sdb_thread_event (Ruby >= 3.2 internal thread hook), which may only
+ * store a thread's state and mark a slot dead with plain stores. Thread
+ * lifecycle is C: a THREAD_BEGIN/END event hook, and C functions in the
+ * place of Thread#name=, Process._fork and exec. At fork the child claims
+ * the spare registry its parent made ready (sdb_spare_*).
  **********************************************************************/
 #define _GNU_SOURCE 1
 #include <ruby.h>
@@ -73,19 +74,19 @@ typedef VALUE (*sdb_cfunc_t)(ANYARGS);
 #endif
 
 static struct {
-    int fd;
     void *map;
     size_t map_size;
     struct sdb_header *hdr;
     struct sdb_slot *slots;
     uint32_t slot_count;
-    uint32_t *free_stack; /* free slot indices; top at free_top - 1 */
+    uint32_t *free_stack; /* slots given back, below hiwater; top at free_top - 1 */
     uint32_t free_top;
     uint8_t *used;        /* 1 while a slot is handed out (C's view; read by the EXITED hook) */
-    uint32_t hiwater;     /* no slot at or above this index was ever handed out */
+    uint32_t hiwater;     /* no slot at or above this index was ever handed out: the next new one */
     uint32_t dead_pending; /* slots the EXITED hook marked dead since the last sweep */
     uint64_t registrations; /* bumped at every registration (the GVL hook's negative cache) */
-    VALUE threads;        /* Array: slot index -> Thread (GC-marked; before 3.3 only) */
+    VALUE *threads;       /* slot index -> Thread, marked by sdb_threads_mark (before 3.3 only) */
+    VALUE threads_holder; /* the hidden object whose mark function marks them */
     VALUE strings;        /* Hash: endpoint String -> its id in the registry's string table */
     struct sdb_span_event *spans; /* the span ring in the mapping */
     char *strings_base;   /* the string table in the mapping */
@@ -100,11 +101,17 @@ static struct {
     uint32_t nchildren;
     struct sdb_layout layout;
     char layout_name[16]; /* the row in use (a fork child publishes the same) */
+    char ruby_version[32], ruby_description[160]; /* for the header (a fork child's too) */
     char path[64];
+    uint64_t fork_boot_ns; /* CLOCK_BOOTTIME just before the last fork (sdb_child_start_ticks) */
+    long clk_tck;          /* sysconf(_SC_CLK_TCK): the unit of /proc/<pid>/stat's starttime */
     /* Ruby's own C functions of the methods whose entries sdb replaces by C functions of the same
      * name, class and arity (no Ruby frame, no prepend): they are called first, unchanged. */
     sdb_cfunc_t orig_name_set, orig_fork, orig_exec_kernel, orig_exec_kernel_s, orig_exec_process;
-} sdb = { .fd = -1 };
+    /* Thread#native_thread_id and Thread#name, called directly by the thread-begin hook (no method
+     * dispatch); NULL: not found, rb_funcall then */
+    sdb_cfunc_t orig_native_thread_id, orig_thread_name;
+} sdb;
 
 static ID sdb_id_alive_p, sdb_id_name, sdb_id_warn, sdb_id_native_thread_id;
 
@@ -129,6 +136,9 @@ sdb_tls_set(struct sdb_slot *s)
     sdb_tls_serial = s ? s->serial : 0;
     sdb_tls_thread = s ? s->thread_addr : 0;
 }
+
+static int sdb_slot_register(VALUE thread, uint32_t tid, VALUE name, uint32_t flags, int current);
+static VALUE sdb_thread_name(VALUE thread);
 
 /* fork: the child's only thread must not keep a pointer into the parent's mapping */
 static void
@@ -242,15 +252,33 @@ sdb_proc_start_ticks(void)
     return sdb_proc_start_ticks_of("/proc/self/stat");
 }
 
+/* A fork child's start ticks without reading /proc/self/stat (open, read, close, and the kernel
+ * formatting 52 fields). The kernel stamps a new process with CLOCK_BOOTTIME in fork
+ * (copy_process: start_boottime) and /proc/<pid>/stat shows it in clock ticks, rounded down
+ * (fs/proc/array.c: nsec_to_clock_t). The parent read CLOCK_BOOTTIME just before it forked, the
+ * child reads it now: the stamp lies between the two, so when both fall in the same tick, that
+ * tick is the start time. Otherwise (a tick boundary within the fork, or a tick that does not
+ * divide a second) the file is read. */
+static uint64_t
+sdb_child_start_ticks(void)
+{
+    uint64_t before = sdb.fork_boot_ns, now = sdb_now_ns(CLOCK_BOOTTIME), per;
+    if (sdb.clk_tck > 0 && 1000000000L % sdb.clk_tck == 0 && before && before <= now) {
+        per = 1000000000ull / (uint64_t)sdb.clk_tck;
+        if (before / per == now / per) return now / per;
+    }
+    return sdb_proc_start_ticks();
+}
+
 /* The registry `name` (sdb-<pid>) in the directory dfd, removed if stale: a regular file of ours
  * with the registry magic whose pid is no process, or a process started at another time than the
  * one that wrote it (the pid was reused); a live writer's file, another user's, or anything else is
  * left alone. The file is first renamed aside and removed only if it is still the very file that
  * was checked (a new process with that pid may have just made its own). */
 static void
-sdb_remove_if_stale(int dfd, const char *name, long pid)
+sdb_remove_if_stale(int dfd, const char *dir, const char *name, long pid, pid_t self)
 {
-    char aside[96], stat_path[64];
+    char aside[128], stat_path[64];
     int fd;
     struct stat st, st2;
     struct sdb_header h;
@@ -269,7 +297,7 @@ sdb_remove_if_stale(int dfd, const char *name, long pid)
         ticks = sdb_proc_start_ticks_of(stat_path);
         if (!ticks || !h.proc_start_ticks || ticks == h.proc_start_ticks) return; /* its writer lives */
     }
-    snprintf(aside, sizeof(aside), ".sdb-stale-%d-%ld", (int)getpid(), pid);
+    snprintf(aside, sizeof(aside), "%s.sdb-stale-%d-%ld", dir, (int)self, pid);
     if (renameat(dfd, name, dfd, aside) != 0) return;
     if (fstatat(dfd, aside, &st2, AT_SYMLINK_NOFOLLOW) == 0 && st2.st_ino == st.st_ino && st2.st_dev == st.st_dev)
         unlinkat(dfd, aside, 0);
@@ -289,50 +317,22 @@ sdb_remove_stale_registries(void)
     while ((e = readdir(d)) != NULL && seen++ < SDB_STALE_SCAN_MAX) {
         char *end;
         long pid;
-        if (strncmp(e->d_name, "sdb-", 4) != 0) continue;
-        errno = 0;
-        pid = strtol(e->d_name + 4, &end, 10);
-        if (errno || *end || pid <= 0 || pid > INT_MAX || pid == (long)getpid()) continue;
-        sdb_remove_if_stale(dirfd(d), e->d_name, pid);
+        if (strncmp(e->d_name, "sdb-", 4) == 0) {
+            errno = 0;
+            pid = strtol(e->d_name + 4, &end, 10);
+            if (errno || *end || pid <= 0 || pid > INT_MAX || pid == (long)getpid()) continue;
+        }
+        else if (strncmp(e->d_name, ".sdb-spare-", 11) == 0) { /* .sdb-spare-<pid>-<n>: a spare's header names its maker */
+            errno = 0;
+            pid = strtol(e->d_name + 11, &end, 10);
+            if (errno || *end != '-' || pid <= 0 || pid > INT_MAX) continue;
+        }
+        else {
+            continue;
+        }
+        sdb_remove_if_stale(dirfd(d), "", e->d_name, pid, getpid());
     }
     closedir(d);
-}
-
-/* Fork children whose registries this process removes once they are gone: a child that ends by
- * exit! (fork-per-job servers: Resque, and many a `fork { ...; exit! }`) or a signal cannot remove
- * its own. Checked at each fork and at exit: kill(pid, 0) says ESRCH once the child was reaped
- * (a zombie keeps its registry until then). With SDB_CHILDREN_MAX children alive at once, a
- * further one is not followed: the next `require "sdb"` of this user removes its file. */
-static void
-sdb_sweep_children(void)
-{
-    uint32_t i, kept = 0;
-    int dfd = -1;
-    for (i = 0; i < sdb.nchildren; i++) {
-        pid_t pid = sdb.children[i];
-        if (kill(pid, 0) == 0 || errno != ESRCH) {
-            sdb.children[kept++] = pid;
-            continue;
-        }
-        if (dfd < 0 && (dfd = open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-            sdb.children[kept++] = pid;
-            continue;
-        }
-        {
-            char name[32];
-            snprintf(name, sizeof(name), "sdb-%d", (int)pid);
-            sdb_remove_if_stale(dfd, name, (long)pid);
-        }
-    }
-    sdb.nchildren = kept;
-    if (dfd >= 0) close(dfd);
-}
-
-static void
-sdb_follow_child(pid_t pid)
-{
-    sdb_sweep_children();
-    if (sdb.nchildren < SDB_CHILDREN_MAX) sdb.children[sdb.nchildren++] = pid;
 }
 
 static uint32_t
@@ -353,85 +353,315 @@ sdb_const_str(const char *name)
     return RB_TYPE_P(v, T_STRING) ? v : rb_str_new_cstr("");
 }
 
-/* Creates, sizes and maps the file; fills the header (status STARTING).
- * Returns NULL or a reason (static or in `why`). */
-static const char *
-sdb_file_create(char *why, size_t cap)
+/* The slot bookkeeping on the C side: a stack of the slots given back (free_stack) and, above the
+ * high-water mark, slots never handed out. Allocated once, at require; a fork child resets it in
+ * place (sdb_slots_reset) and allocates nothing: a large malloc makes glibc consolidate its
+ * fastbins, a write to every page they lie on, each a copy-on-write fault in a fork child. */
+static void
+sdb_slots_alloc(uint32_t count)
 {
-    uint32_t count = sdb_slot_count_from_env();
-    uint32_t slots_offset = (uint32_t)((sizeof(struct sdb_header) + 63) & ~(size_t)63);
-    size_t spans_offset = ((size_t)slots_offset + (size_t)count * sizeof(struct sdb_slot) + 63) & ~(size_t)63;
-    size_t strings_offset = spans_offset + (size_t)SDB_SPAN_EVENTS * sizeof(struct sdb_span_event);
-    size_t size = strings_offset + SDB_STRINGS_SIZE;
-    int fd = -1, attempt;
-    void *map;
-    VALUE v;
-    uint32_t i;
-
-    sdb.pid = getpid();
-    snprintf(sdb.path, sizeof(sdb.path), "%s%d", SDB_REGISTRY_PREFIX, (int)sdb.pid);
-    for (attempt = 0; attempt < 2; attempt++) {
-        fd = open(sdb.path, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, 0600);
-        if (fd >= 0 || errno != EEXIST || attempt == 1) break;
-        unlink(sdb.path); /* stale file of an earlier process with our pid */
-    }
-    if (fd < 0) {
-        snprintf(why, cap, "cannot create %s (%s); profiling disabled (is /dev/shm mounted and writable?)",
-                 sdb.path, strerror(errno));
-        sdb.path[0] = 0;
-        return why;
-    }
-    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)size) != 0 ||
-        (map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
-        snprintf(why, cap, "cannot size or map %s (%s); profiling disabled", sdb.path, strerror(errno));
-        close(fd);
-        unlink(sdb.path);
-        sdb.path[0] = 0;
-        return why;
-    }
-    sdb.fd = fd;
-    sdb.map = map;
-    sdb.map_size = size;
-    sdb.hdr = (struct sdb_header *)map;
-    sdb.slots = (struct sdb_slot *)((char *)map + slots_offset);
-    sdb.slot_count = count;
-    sdb.next_serial = 1;
-    sdb.warned_full = 0;
-    sdb.spans = (struct sdb_span_event *)((char *)map + spans_offset);
-    sdb.strings_base = (char *)map + strings_offset;
-    sdb.next_span = 1;
-    rb_hash_clear(sdb.strings); /* a fork child's table starts empty */
-
-    /* C-side slot bookkeeping: a stack of free indices, slot 0 on top */
-    xfree(sdb.free_stack);
-    xfree(sdb.used);
     sdb.free_stack = ALLOC_N(uint32_t, count);
     sdb.used = ZALLOC_N(uint8_t, count);
-    for (i = 0; i < count; i++) sdb.free_stack[i] = count - 1 - i;
-    sdb.free_top = count;
+#if !SDB_HOOK_NAMES_THREAD
+    sdb.threads = ZALLOC_N(VALUE, count);
+#endif
+    sdb.slot_count = count;
+    sdb.free_top = 0;
     sdb.hiwater = 0;
     sdb.dead_pending = 0;
-    rb_ary_clear(sdb.threads);
+}
 
-    memcpy(sdb.hdr->magic, SDB_REGISTRY_MAGIC, 8);
-    sdb.hdr->version = SDB_REGISTRY_VERSION;
-    sdb.hdr->header_size = sizeof(struct sdb_header);
-    sdb.hdr->slot_size = sizeof(struct sdb_slot);
-    sdb.hdr->slot_count = count;
-    sdb.hdr->slots_offset = slots_offset;
-    sdb.hdr->pid = (uint32_t)sdb.pid;
-    sdb.hdr->status = SDB_STATUS_STARTING;
-    sdb.hdr->proc_start_ticks = sdb_proc_start_ticks();
-    sdb.hdr->created_mono_ns = sdb_now_ns(CLOCK_MONOTONIC);
-    sdb.hdr->spans_offset = (uint32_t)spans_offset;
-    sdb.hdr->span_count = SDB_SPAN_EVENTS;
-    sdb.hdr->strings_offset = (uint32_t)strings_offset;
-    sdb.hdr->strings_size = SDB_STRINGS_SIZE;
-    v = sdb_const_str("RUBY_VERSION");
-    sdb_copy_cstr(sdb.hdr->ruby_version, sizeof(sdb.hdr->ruby_version), RSTRING_PTR(v), RSTRING_LEN(v));
-    v = sdb_const_str("RUBY_DESCRIPTION");
-    sdb_copy_cstr(sdb.hdr->ruby_description, sizeof(sdb.hdr->ruby_description), RSTRING_PTR(v), RSTRING_LEN(v));
+/* A fork child: none of the parent's slots is handed out (its only thread registers anew). */
+static void
+sdb_slots_reset(void)
+{
+    memset(sdb.used, 0, sdb.hiwater);
+#if !SDB_HOOK_NAMES_THREAD
+    memset(sdb.threads, 0, sdb.hiwater * sizeof(VALUE));
+#endif
+    sdb.free_top = 0;
+    sdb.hiwater = 0;
+    sdb.dead_pending = 0;
+}
+
+/* Where the parts of a registry of sdb.slot_count slots lie, and its size. */
+struct sdb_geometry {
+    uint32_t slots_offset;
+    size_t spans_offset, strings_offset, size;
+};
+
+static struct sdb_geometry
+sdb_geometry(void)
+{
+    struct sdb_geometry g;
+    g.slots_offset = (uint32_t)((sizeof(struct sdb_header) + 63) & ~(size_t)63);
+    g.spans_offset = ((size_t)g.slots_offset + (size_t)sdb.slot_count * sizeof(struct sdb_slot) + 63) & ~(size_t)63;
+    g.strings_offset = g.spans_offset + (size_t)SDB_SPAN_EVENTS * sizeof(struct sdb_span_event);
+    g.size = g.strings_offset + SDB_STRINGS_SIZE;
+    return g;
+}
+
+/* Fills a zeroed header for process `pid` (status STARTING). The layout comes later (sdb_open
+ * checks it; a fork child and a spare get the parent's). */
+static void
+sdb_header_init(struct sdb_header *h, pid_t pid, uint64_t start_ticks)
+{
+    struct sdb_geometry g = sdb_geometry();
+    memcpy(h->magic, SDB_REGISTRY_MAGIC, 8);
+    h->version = SDB_REGISTRY_VERSION;
+    h->header_size = sizeof(struct sdb_header);
+    h->slot_size = sizeof(struct sdb_slot);
+    h->slot_count = sdb.slot_count;
+    h->slots_offset = g.slots_offset;
+    h->pid = (uint32_t)pid;
+    h->status = SDB_STATUS_STARTING;
+    h->proc_start_ticks = start_ticks;
+    h->created_mono_ns = sdb_now_ns(CLOCK_MONOTONIC);
+    h->spans_offset = (uint32_t)g.spans_offset;
+    h->span_count = SDB_SPAN_EVENTS;
+    h->strings_offset = (uint32_t)g.strings_offset;
+    h->strings_size = SDB_STRINGS_SIZE;
+    memcpy(h->ruby_version, sdb.ruby_version, sizeof(h->ruby_version));
+    memcpy(h->ruby_description, sdb.ruby_description, sizeof(h->ruby_description));
+}
+
+/* Creates `path` (O_EXCL, 0600), sizes and maps it. No fd is kept: the mapping holds the file.
+ * The mapping, or NULL with errno set; *ino and *dev when asked (an fstat more). */
+static void *
+sdb_map_new(const char *path, size_t size, uint64_t *ino, uint64_t *dev)
+{
+    struct stat st;
+    void *map = MAP_FAILED;
+    int fd = open(path, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, 0600), err;
+    if (fd < 0) return NULL;
+    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)size) != 0 || (ino && fstat(fd, &st) != 0) ||
+        (map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+        err = errno;
+        close(fd);
+        unlink(path);
+        errno = err;
+        return NULL;
+    }
+    close(fd);
+    if (ino) {
+        *ino = (uint64_t)st.st_ino;
+        *dev = (uint64_t)st.st_dev;
+    }
+    return map;
+}
+
+/* Makes `map` (a registry mapped here) this process's registry, /dev/shm/sdb-<pid>. */
+static void
+sdb_use_map(void *map, pid_t pid)
+{
+    struct sdb_geometry g = sdb_geometry();
+    sdb.pid = pid;
+    snprintf(sdb.path, sizeof(sdb.path), "%s%d", SDB_REGISTRY_PREFIX, (int)pid);
+    sdb.map = map;
+    sdb.map_size = g.size;
+    sdb.hdr = (struct sdb_header *)map;
+    sdb.slots = (struct sdb_slot *)((char *)map + g.slots_offset);
+    sdb.next_serial = 1;
+    sdb.warned_full = 0;
+    sdb.spans = (struct sdb_span_event *)((char *)map + g.spans_offset);
+    sdb.strings_base = (char *)map + g.strings_offset;
+    sdb.next_span = 1;
+    if (RHASH_SIZE(sdb.strings)) rb_hash_clear(sdb.strings); /* a fork child's table starts empty */
+}
+
+/* Creates /dev/shm/sdb-<pid> for `pid` (this process), sized for sdb.slot_count slots, and fills
+ * the header (status STARTING). Returns NULL or a reason (in `why`). */
+static const char *
+sdb_file_create(pid_t pid, uint64_t start_ticks, char *why, size_t cap)
+{
+    struct sdb_geometry g = sdb_geometry();
+    char path[64];
+    void *map;
+    snprintf(path, sizeof(path), "%s%d", SDB_REGISTRY_PREFIX, (int)pid);
+    if (!(map = sdb_map_new(path, g.size, NULL, NULL)) && errno == EEXIST) {
+        unlink(path); /* stale file of an earlier process with our pid */
+        map = sdb_map_new(path, g.size, NULL, NULL);
+    }
+    if (!map) {
+        snprintf(why, cap, "cannot create %s (%s); profiling disabled (is /dev/shm mounted and writable?)",
+                 path, strerror(errno));
+        sdb.path[0] = 0;
+        return why;
+    }
+    sdb_use_map(map, pid);
+    sdb_header_init(sdb.hdr, pid, start_ticks);
     return NULL;
+}
+
+/* ---------- the spare: a fork child's registry, made ready by the parent ----------
+ * A child must publish /dev/shm/sdb-<its pid> at once (a sidecar following the process tree
+ * looks for it, and attaches from the child's first moments). Creating, sizing and mapping a
+ * file there, and removing it once the child is gone, cost the child and the parent ~60 us a
+ * fork. So the parent keeps one spare registry ready, mapped and with its header filled
+ * (/dev/shm/.sdb-spare-<pid>-<n>, its own pid and start ticks: stale by the same rule as a
+ * registry). A fork child inherits the mapping: it writes its pid, start ticks and main thread
+ * into it, then renames it to sdb-<its pid>: the file appears whole. The parent lends it at
+ * that fork and keeps it mapped; once that child is gone (reaped: kill says ESRCH), the parent
+ * renames the file back to a spare name, checks it is still the very file it made (inode), and
+ * empties it (MADV_REMOVE punches the pages out; the header page is rewritten): a fork-per-job
+ * loop makes and removes no file at all. A child that ended by a normal exit removed its file:
+ * the parent then drops the mapping and makes a new spare before the next fork; so it does when
+ * the lent child still lives at the next fork (puma's workers): that child's file is then
+ * removed the old way once it is gone (sdb_sweep_children). */
+static struct {
+    void *map;       /* NULL: none */
+    uint64_t ino, dev;
+    pid_t lent_to;   /* 0: ready under `path`; else the child that got it at fork */
+    uint32_t seq;    /* names the next spare */
+    char path[96];   /* /dev/shm/.sdb-spare-<pid>-<n> */
+} sdb_spare;
+
+#define SDB_SPARE_PREFIX "/dev/shm/.sdb-spare-"
+
+static void
+sdb_spare_name(void)
+{
+    snprintf(sdb_spare.path, sizeof(sdb_spare.path), "%s%d-%u", SDB_SPARE_PREFIX, (int)sdb.pid, sdb_spare.seq++);
+}
+
+/* The header of a spare: this (the parent) process's pid and start ticks until a child claims it,
+ * the checked layout. */
+static void
+sdb_spare_fill(void)
+{
+    struct sdb_header *h = (struct sdb_header *)sdb_spare.map;
+    sdb_header_init(h, sdb.pid, sdb.hdr->proc_start_ticks);
+    sdb_copy_cstr(h->layout_name, sizeof(h->layout_name), sdb.layout_name, strlen(sdb.layout_name));
+    memcpy(&h->layout, &sdb.layout, sizeof(sdb.layout));
+}
+
+static void
+sdb_spare_drop(void)
+{
+    if (sdb_spare.map) munmap(sdb_spare.map, sdb.map_size);
+    sdb_spare.map = NULL;
+    sdb_spare.lent_to = 0;
+}
+
+/* Before a fork: a spare ready to lend, made if none is (or the last one is still lent to a
+ * live child). Nothing on failure: the child then makes its own registry. */
+static void
+sdb_spare_ready(void)
+{
+    if (sdb_spare.map && !sdb_spare.lent_to) return;
+    sdb_spare_drop();
+    sdb_spare_name();
+    if (!(sdb_spare.map = sdb_map_new(sdb_spare.path, sdb.map_size, &sdb_spare.ino, &sdb_spare.dev))) return;
+    sdb_spare_fill();
+}
+
+/* The child the spare was lent to is gone: take its file back as the spare, emptied. */
+static void
+sdb_spare_take_back(void)
+{
+    char child[48], old[96];
+    struct stat st;
+    long page = sysconf(_SC_PAGESIZE);
+    snprintf(child, sizeof(child), "%s%d", SDB_REGISTRY_PREFIX, (int)sdb_spare.lent_to);
+    memcpy(old, sdb_spare.path, sizeof(old));
+    sdb_spare_name();
+    if (renameat2(AT_FDCWD, child, AT_FDCWD, sdb_spare.path, RENAME_NOREPLACE) != 0) {
+        /* never claimed (the child ended first) and still ours, or removed by the child's exit */
+        if (errno != ENOENT || fstatat(AT_FDCWD, old, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            (uint64_t)st.st_ino != sdb_spare.ino || (uint64_t)st.st_dev != sdb_spare.dev ||
+            renameat2(AT_FDCWD, old, AT_FDCWD, sdb_spare.path, RENAME_NOREPLACE) != 0) {
+            sdb_spare_drop();
+            return;
+        }
+    }
+    else if (fstatat(AT_FDCWD, sdb_spare.path, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+             (uint64_t)st.st_ino != sdb_spare.ino || (uint64_t)st.st_dev != sdb_spare.dev) {
+        /* not the file lent (a new process with that pid made its own): put it back */
+        renameat2(AT_FDCWD, sdb_spare.path, AT_FDCWD, child, RENAME_NOREPLACE);
+        sdb_spare_drop();
+        return;
+    }
+    sdb_spare.lent_to = 0;
+    if (page <= 0 || (size_t)page >= sdb.map_size ||
+        madvise((char *)sdb_spare.map + page, sdb.map_size - (size_t)page, MADV_REMOVE) != 0) {
+        unlink(sdb_spare.path);
+        sdb_spare_drop();
+        return;
+    }
+    memset(sdb_spare.map, 0, (size_t)page);
+    sdb_spare_fill();
+}
+
+/* In a fork child: the spare the parent had ready is ours. The header and the main thread are
+ * written before the file takes our name, so it appears whole. 0, or -1 (the caller makes a
+ * registry of its own). */
+static int
+sdb_spare_claim(pid_t pid, uint64_t start_ticks)
+{
+    char path[64];
+    struct sdb_header *h = (struct sdb_header *)sdb_spare.map;
+    VALUE th = rb_thread_current();
+    int attempt;
+    h->pid = (uint32_t)pid;
+    h->proc_start_ticks = start_ticks;
+    h->created_mono_ns = sdb_now_ns(CLOCK_MONOTONIC);
+    sdb_use_map(sdb_spare.map, pid);
+    sdb.enabled = 1;
+    __atomic_store_n(&h->status, SDB_STATUS_ENABLED, __ATOMIC_RELEASE);
+    sdb_slot_register(th, (uint32_t)pid, sdb_thread_name(th), SDB_SLOT_MAIN | SDB_SLOT_ADOPTED, 1);
+    snprintf(path, sizeof(path), "%s%d", SDB_REGISTRY_PREFIX, (int)pid);
+    for (attempt = 0; attempt < 2; attempt++) {
+        if (renameat2(AT_FDCWD, sdb_spare.path, AT_FDCWD, path, RENAME_NOREPLACE) == 0) {
+            sdb_spare.map = NULL; /* it is our registry now; we have no spare */
+            return 0;
+        }
+        if (errno != EEXIST) break;
+        unlink(path); /* stale file of an earlier process with our pid */
+    }
+    sdb.enabled = 0;
+    sdb_tls_set(NULL);
+    sdb.map = NULL;
+    sdb.hdr = NULL;
+    sdb.slots = NULL;
+    sdb.path[0] = 0;
+    sdb_slots_reset();
+    unlink(sdb_spare.path);
+    sdb_spare_drop();
+    return -1;
+}
+
+/* Fork children whose registries this process removes once they are gone: a child that ends by
+ * exit! (fork-per-job servers: Resque, and many a `fork { ...; exit! }`) or a signal cannot remove
+ * its own. Checked before each fork and at exit: kill(pid, 0) says ESRCH once the child was reaped
+ * (a zombie keeps its registry until then). The child the spare was lent to gives its file back
+ * as the next spare (`take_back`: before a fork). With SDB_CHILDREN_MAX children alive at once, a
+ * further one is not followed: the next `require "sdb"` of this user removes its file. */
+static void
+sdb_sweep_children(int take_back)
+{
+    uint32_t i, kept = 0;
+    for (i = 0; i < sdb.nchildren; i++) {
+        pid_t pid = sdb.children[i];
+        char name[48];
+        if (kill(pid, 0) == 0 || errno != ESRCH) {
+            sdb.children[kept++] = pid;
+            continue;
+        }
+        if (take_back && sdb_spare.map && sdb_spare.lent_to == pid) {
+            sdb_spare_take_back();
+            continue;
+        }
+        /* by absolute path: no directory to open and close at every fork */
+        snprintf(name, sizeof(name), "%s%d", SDB_REGISTRY_PREFIX, (int)pid);
+        sdb_remove_if_stale(AT_FDCWD, "/dev/shm/", name, (long)pid, sdb.pid);
+    }
+    sdb.nchildren = kept;
+}
+
+static void
+sdb_follow_child(pid_t pid)
+{
+    if (sdb.nchildren < SDB_CHILDREN_MAX) sdb.children[sdb.nchildren++] = pid;
 }
 
 static void
@@ -447,8 +677,10 @@ static void
 sdb_at_exit(VALUE unused)
 {
     (void)unused;
-    if (sdb.path[0] && sdb.hdr && getpid() == sdb.pid) unlink(sdb.path);
-    if (getpid() == sdb.pid) sdb_sweep_children();
+    if (getpid() != sdb.pid) return;
+    if (sdb.path[0] && sdb.hdr) unlink(sdb.path);
+    if (sdb_spare.map) unlink(sdb_spare.path); /* gone already if a child took it */
+    sdb_sweep_children(0);
 }
 
 /* ---------- the layout check ---------- */
@@ -996,6 +1228,25 @@ sdb_corrupt_for_tests(struct sdb_layout *L)
  * thread's state word and mark an ended thread's slot dead (live = 0, dead_pending + 1); the
  * next registration's sweep hands such slots back. */
 
+/* Before 3.3 the Thread of every handed-out slot is kept alive (its rb_thread_t is read by the
+ * sweep and by the sidecar) in a plain C array, marked here: a store is one word (a Ruby Array
+ * cost ~160 instructions a store, in the thread hooks, for its checks and write barrier). The
+ * holder is not write-barrier protected, so the GC marks it at every collection, minor ones too.
+ * rb_gc_mark pins the Threads: GC.compact never moves what the array points at. */
+static void
+sdb_threads_mark(void *unused)
+{
+    uint32_t i;
+    (void)unused;
+    if (!sdb.threads) return;
+    for (i = 0; i < sdb.hiwater; i++)
+        if (sdb.threads[i]) rb_gc_mark(sdb.threads[i]);
+}
+
+static const rb_data_type_t sdb_threads_type = {
+    "sdb_threads", { sdb_threads_mark, NULL, NULL, }, 0, 0, 0
+};
+
 static uint64_t
 sdb_thread_ptr(VALUE thread)
 {
@@ -1014,7 +1265,7 @@ sdb_slot_release(uint32_t idx)
     sdb_slot_unlock(s);
     __atomic_store_n(&sdb.used[idx], 0, __ATOMIC_RELEASE);
 #if !SDB_HOOK_NAMES_THREAD
-    rb_ary_store(sdb.threads, idx, Qnil);
+    sdb.threads[idx] = 0;
 #endif
     sdb.free_stack[sdb.free_top++] = idx;
 }
@@ -1025,9 +1276,9 @@ sdb_slot_release(uint32_t idx)
 static int
 sdb_slot_thread_dead(uint32_t idx)
 {
-    VALUE th = rb_ary_entry(sdb.threads, idx);
+    VALUE th = sdb.threads[idx];
     const struct sdb_layout *L = &sdb.layout;
-    if (NIL_P(th)) return 1;
+    if (!th) return 1;
     if (L->thread_status != SDB_NA) {
         uint8_t b = *((const uint8_t *)RTYPEDDATA_DATA(th) + L->thread_status);
         return ((b >> L->thread_status_shift) & L->thread_status_mask) == SDB_THREAD_KILLED;
@@ -1057,9 +1308,10 @@ sdb_sweep(void)
     }
 }
 
-/* With the GVL held. `name`: the thread's name (a String or nil). */
+/* With the GVL held. `name`: the thread's name (a String or nil); `current`: `thread` is the
+ * calling thread (it runs this, holding the GVL). */
 static int
-sdb_slot_register(VALUE thread, uint32_t tid, VALUE name, uint32_t flags)
+sdb_slot_register(VALUE thread, uint32_t tid, VALUE name, uint32_t flags, int current)
 {
     uint32_t idx;
     struct sdb_slot *s;
@@ -1067,7 +1319,7 @@ sdb_slot_register(VALUE thread, uint32_t tid, VALUE name, uint32_t flags)
 
     if (!sdb.enabled) return -1;
     sdb_sweep();
-    if (sdb.free_top == 0) {
+    if (sdb.free_top == 0 && sdb.hiwater >= sdb.slot_count) {
         if (!sdb.warned_full) {
             char msg[200];
             sdb.warned_full = 1;
@@ -1078,9 +1330,9 @@ sdb_slot_register(VALUE thread, uint32_t tid, VALUE name, uint32_t flags)
         }
         return -1;
     }
-    idx = sdb.free_stack[--sdb.free_top];
+    idx = sdb.free_top ? sdb.free_stack[--sdb.free_top] : sdb.hiwater;
 #if !SDB_HOOK_NAMES_THREAD
-    rb_ary_store(sdb.threads, idx, thread);
+    sdb.threads[idx] = thread; /* no write barrier: the holder is not write-barrier protected */
 #endif
     th = sdb_thread_ptr(thread);
 
@@ -1095,7 +1347,7 @@ sdb_slot_register(VALUE thread, uint32_t tid, VALUE name, uint32_t flags)
     s->start_wall_ns = sdb_now_ns(CLOCK_REALTIME);
     s->state = SDB_STATE_UNKNOWN;
 #ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
-    if (thread == rb_thread_current()) s->state = SDB_STATE_RUNNING; /* it runs this, holding the GVL */
+    if (current) s->state = SDB_STATE_RUNNING; /* it runs this, holding the GVL */
 #endif
     s->flags = flags;
     __atomic_store_n(&s->span, 0, __ATOMIC_RELAXED);
@@ -1108,7 +1360,7 @@ sdb_slot_register(VALUE thread, uint32_t tid, VALUE name, uint32_t flags)
     __atomic_store_n(&sdb.used[idx], 1, __ATOMIC_RELEASE);
     if (idx >= sdb.hiwater) __atomic_store_n(&sdb.hiwater, idx + 1, __ATOMIC_RELEASE);
     __atomic_fetch_add(&sdb.registrations, 1, __ATOMIC_RELEASE);
-    if (thread == rb_thread_current()) sdb_tls_set(s);
+    if (current) sdb_tls_set(s);
     return (int)idx;
 }
 
@@ -1130,6 +1382,21 @@ sdb_slot_of(uint64_t th)
     return NULL;
 }
 
+/* Thread#native_thread_id and Thread#name: Ruby's own C functions, called directly when found
+ * (sdb_find_thread_getters), else through rb_funcall. */
+static VALUE
+sdb_thread_tid_value(VALUE thread)
+{
+    return sdb.orig_native_thread_id ? sdb.orig_native_thread_id(thread)
+                                     : rb_funcall(thread, sdb_id_native_thread_id, 0);
+}
+
+static VALUE
+sdb_thread_name(VALUE thread)
+{
+    return sdb.orig_thread_name ? sdb.orig_thread_name(thread) : rb_funcall(thread, sdb_id_name, 0);
+}
+
 /* ---------- thread lifecycle, from C: no Ruby frame, no patched Ruby method ----------
  * A thread registers itself in Ruby's RUBY_EVENT_THREAD_BEGIN event (a C event hook of the
  * main Ractor: Ruby calls it on the new thread, with the GVL, before the thread's block runs;
@@ -1140,14 +1407,15 @@ sdb_slot_of(uint64_t th)
 static void
 sdb_thread_event_hook(rb_event_flag_t ev, VALUE data, VALUE self, ID mid, VALUE klass)
 {
-    VALUE th = rb_thread_current();
-    (void)data; (void)self; (void)mid; (void)klass;
+    /* Ruby passes the thread as self (thread.c thread_do_start: th->self), and runs this on it */
+    VALUE th = self;
+    (void)data; (void)mid; (void)klass;
     if (!sdb.enabled) return;
     if (ev & RUBY_EVENT_THREAD_BEGIN) {
         /* Ruby keeps the native id; asking the kernel (gettid) costs a syscall, whose return is
          * a point where the scheduler may switch to the thread that made this one. */
-        VALUE tid = rb_funcall(th, sdb_id_native_thread_id, 0);
-        sdb_slot_register(th, NIL_P(tid) ? sdb_gettid() : NUM2UINT(tid), rb_funcall(th, sdb_id_name, 0), 0);
+        VALUE tid = sdb_thread_tid_value(th);
+        sdb_slot_register(th, FIXNUM_P(tid) ? (uint32_t)FIX2LONG(tid) : sdb_gettid(), sdb_thread_name(th), 0, 1);
     }
 #if !SDB_HOOK_NAMES_THREAD
     else if (ev & RUBY_EVENT_THREAD_END) {
@@ -1254,7 +1522,7 @@ sdb_adopt_running_threads(void)
         VALUE tid = rb_funcall(th, sdb_id_native_thread_id, 0);
         if (NIL_P(tid)) continue; /* not started or already dead */
         sdb_slot_register(th, NUM2UINT(tid), rb_funcall(th, sdb_id_name, 0),
-                          (th == main ? SDB_SLOT_MAIN : 0) | SDB_SLOT_ADOPTED);
+                          (th == main ? SDB_SLOT_MAIN : 0) | SDB_SLOT_ADOPTED, th == rb_thread_current());
     }
 }
 
@@ -1277,32 +1545,43 @@ sdb_slot_rename(uint64_t th, VALUE name)
 }
 
 /* In a fork child: drop the parent's registry (unmap, never unlink) and publish our own, with
- * the forking thread as the main thread. NULL or a reason (in `why`). */
+ * the forking thread as the main thread: the spare the parent had ready (sdb_spare_claim), else a
+ * file made here. The parent checked the layout and found the symbol table (same Ruby, same
+ * memory: libruby's data is where it was; scanning it again cost a child ~1 ms). Nothing here
+ * allocates: see sdb_slots_alloc. NULL or a reason (in `why`). */
 static const char *
 sdb_after_fork_child(char *why, size_t cap)
 {
     const char *reason;
     int was_enabled = sdb.enabled;
+    pid_t pid;
+    uint64_t ticks;
+    VALUE th;
     sdb.nchildren = 0;     /* the parent's children are not ours */
     if (!sdb.hdr) return NULL;
     sdb.enabled = 0;
     munmap(sdb.map, sdb.map_size);
-    if (sdb.fd >= 0) close(sdb.fd);
-    sdb.fd = -1;
     sdb.map = NULL;
     sdb.hdr = NULL;
     sdb.slots = NULL;
     sdb.path[0] = 0;
-    if (!was_enabled) return NULL;
-    if ((reason = sdb_file_create(why, cap)) != NULL) return reason;
-    /* the layout was checked in the parent, and the symbol table found there: same Ruby, same
-     * memory (libruby's data is where it was; scanning it again cost a child ~1 ms) */
+    if (!was_enabled) {
+        sdb_spare_drop();
+        return NULL;
+    }
+    pid = getpid();
+    ticks = sdb_child_start_ticks();
+    sdb_slots_reset();
+    if (sdb_spare.map && !sdb_spare.lent_to && sdb_spare_claim(pid, ticks) == 0) return NULL;
+    sdb_spare_drop();
+    if ((reason = sdb_file_create(pid, ticks, why, cap)) != NULL) return reason;
     sdb_copy_cstr(sdb.hdr->layout_name, sizeof(sdb.hdr->layout_name), sdb.layout_name, strlen(sdb.layout_name));
     memcpy(&sdb.hdr->layout, &sdb.layout, sizeof(sdb.layout));
     sdb.enabled = 1;
     __atomic_store_n(&sdb.hdr->status, SDB_STATUS_ENABLED, __ATOMIC_RELEASE);
-    sdb_slot_register(rb_thread_current(), sdb_gettid(), rb_funcall(rb_thread_current(), sdb_id_name, 0),
-                      SDB_SLOT_MAIN | SDB_SLOT_ADOPTED);
+    /* the thread that forked is the child's only one: its tid is the child's pid */
+    th = rb_thread_current();
+    sdb_slot_register(th, (uint32_t)pid, sdb_thread_name(th), SDB_SLOT_MAIN | SDB_SLOT_ADOPTED, 1);
     return NULL;
 }
 
@@ -1311,7 +1590,12 @@ sdb_after_fork_child(char *why, size_t cap)
 static void
 sdb_before_exec(void)
 {
-    if (sdb.hdr && sdb.path[0] && getpid() == sdb.pid) unlink(sdb.path);
+    if (getpid() != sdb.pid) return;
+    if (sdb.hdr && sdb.path[0]) unlink(sdb.path);
+    if (sdb_spare.map) { /* a new spare is made at the next fork, if exec fails */
+        if (!sdb_spare.lent_to) unlink(sdb_spare.path);
+        sdb_spare_drop();
+    }
 }
 
 /* exec returned (raised): we are still this Ruby: publish the registry again under the same
@@ -1335,8 +1619,7 @@ sdb_after_failed_exec(void)
         unlink(sdb.path);
         return;
     }
-    close(sdb.fd);
-    sdb.fd = fd;
+    close(fd);
 }
 
 /* ---------- the methods sdb takes over: Thread#name=, Process._fork, exec ----------
@@ -1403,8 +1686,15 @@ sdb_m_name_set(VALUE self, VALUE name)
 static VALUE
 sdb_m_fork(VALUE self)
 {
-    VALUE pid = sdb.orig_fork(self);
+    VALUE pid;
+    if (sdb.hdr && sdb.enabled) {
+        sdb_sweep_children(1);
+        sdb_spare_ready();
+        sdb.fork_boot_ns = sdb_now_ns(CLOCK_BOOTTIME); /* the child's start lies after this */
+    }
+    pid = sdb.orig_fork(self);
     if (FIXNUM_P(pid) && FIX2LONG(pid) > 0 && sdb.hdr) {
+        if (sdb_spare.map && !sdb_spare.lent_to) sdb_spare.lent_to = (pid_t)FIX2LONG(pid);
         sdb_follow_child((pid_t)FIX2LONG(pid));
     }
     else if (pid == INT2FIX(0)) {
@@ -1461,6 +1751,9 @@ sdb_take_over_methods(void)
     if (!(sdb.orig_exec_kernel = sdb_cfunc_of(rb_mKernel, "exec", -1))) return "Kernel#exec";
     if (!(sdb.orig_exec_kernel_s = sdb_cfunc_of(kernel_s, "exec", -1))) return "Kernel.exec";
     if (!(sdb.orig_exec_process = sdb_cfunc_of(process_s, "exec", -1))) return "Process.exec";
+    /* optional: without them the thread-begin hook calls the methods */
+    sdb.orig_native_thread_id = sdb_cfunc_of(rb_cThread, "native_thread_id", 0);
+    sdb.orig_thread_name = sdb_cfunc_of(rb_cThread, "name", 0);
     verbose = ruby_verbose; /* no "method redefined" warning under -w */
     ruby_verbose = Qnil;
     rb_define_method(rb_cThread, "name=", sdb_m_name_set, 1);
@@ -1611,7 +1904,15 @@ sdb_open(VALUE self)
 
     if (sdb.hdr) return Qnil; /* already open */
     sdb_remove_stale_registries();
-    if ((reason = sdb_file_create(why, sizeof(why))) != NULL) return rb_str_new_cstr(reason);
+    sdb.clk_tck = sysconf(_SC_CLK_TCK);
+    sdb_copy_cstr(sdb.ruby_version, sizeof(sdb.ruby_version), RSTRING_PTR(ver), RSTRING_LEN(ver));
+    {
+        VALUE desc = sdb_const_str("RUBY_DESCRIPTION");
+        sdb_copy_cstr(sdb.ruby_description, sizeof(sdb.ruby_description), RSTRING_PTR(desc), RSTRING_LEN(desc));
+    }
+    if (!sdb.free_stack) sdb_slots_alloc(sdb_slot_count_from_env());
+    if ((reason = sdb_file_create(getpid(), sdb_proc_start_ticks(), why, sizeof(why))) != NULL)
+        return rb_str_new_cstr(reason);
     if (!sdb.end_proc_set) {
         rb_set_end_proc(sdb_at_exit, Qnil);
         sdb.end_proc_set = 1;
@@ -1708,8 +2009,8 @@ Init_sdb_ext(void)
     sdb_id_name = rb_intern("name");
     sdb_id_warn = rb_intern("warn");
     sdb_id_native_thread_id = rb_intern("native_thread_id");
-    sdb.threads = rb_obj_hide(rb_ary_new());
-    rb_gc_register_mark_object(sdb.threads);
+    sdb.threads_holder = rb_obj_hide(TypedData_Wrap_Struct(rb_cObject, &sdb_threads_type, &sdb) /* not NULL: Ruby marks only data with a pointer */);
+    rb_gc_register_mark_object(sdb.threads_holder);
     sdb.strings = rb_obj_hide(rb_hash_new());
     rb_gc_register_mark_object(sdb.strings);
     {
