@@ -30,7 +30,8 @@ def p99(values):
 
 @pytest.fixture(scope="module")
 def rails_run(tmp_path_factory):
-    """The app under wrk for 4 s, recorded by `attach` from before wrk started to after it ended."""
+    """The app under wrk for 6 s (enough GVL waits for the blame to see every holder, on a busy machine
+    too), recorded by `attach` from before wrk started to after it ended."""
     tmp = tmp_path_factory.mktemp("rails")
     port = free_port()
     app_log, trace = tmp / "requests.log", tmp / "t.msgpack"
@@ -49,7 +50,7 @@ def rails_run(tmp_path_factory):
         wait_for(up, 120, what="the Rails app up")
         assert server.poll() is None, (tmp / "puma.log").read_text()[-2000:]
         with recording(server.pid, trace):
-            wrk = subprocess.run(["wrk", "-t1", "-c5", "-d4s", "-s", str(APP / "wrk" / "mix.lua"),
+            wrk = subprocess.run(["wrk", "-t1", "-c5", "-d6s", "-s", str(APP / "wrk" / "mix.lua"),
                                   f"http://127.0.0.1:{port}"], capture_output=True, text=True, timeout=120)
             assert wrk.returncode == 0, wrk.stderr
     finally:
