@@ -47,6 +47,9 @@ class Resolver:
         # was named twice (time-dependent). Interned, a 10,000-deep recursion holds a few Frames, not
         # one per position of every stack.
         self._interned: Dict[Tuple[int, Optional[Frame]], Optional[Frame]] = {}
+        # True when the caller knows no name depends on time (no address named twice, no eBPF
+        # pause: SamplePass checks the finished tables once): no frame is then asked about it
+        self.static_names = False
 
     def agreed_method(self, iseq: int, sym, t_ns: int) -> Optional[dict]:
         """For a frame of this ISeq (symbol `sym`) whose own method entry does not fit it: a frame read
@@ -120,21 +123,23 @@ class Resolver:
         out: List[Frame] = []
         caller = None
         interned = self._interned
+        static_names = self.static_names
+        kinds = self.t.frame_kind
         for fid in reversed(fids):
             key = (fid, caller)
             f = interned.get(key, False)
             if f is False:
                 f = self.frame(fid, t_ns, caller, lo_ns)
-                if not self._ambiguous(fid):
+                if static_names or not self._ambiguous(fid):
                     interned[key] = f
             if f is None:
                 continue
-            if self.t.frame_kind[fid] == KIND_RUBY and not f.located_at_caller:
+            if kinds[fid] == KIND_RUBY and not f.located_at_caller:
                 caller = f
             out.append(f)
         result = tuple(out)
         if cached is False:
-            static = not any(self._ambiguous(fid) for fid in fids)
+            static = static_names or not any(self._ambiguous(fid) for fid in fids)
             self._static[sid] = result if static else None
         return result
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from itertools import repeat
 from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from sdb_trace import (PROC_SHIFT, STATE_BLOCKED, STATE_GVL_WAIT, STATE_NAMES, STATE_RUNNING, STATE_UNKNOWN, Tables,
@@ -172,11 +171,14 @@ class _Proc:
         self.resolver = Resolver(tables, labels)
         self.by_sid: Dict[Tuple[int, int], Stack] = {}   # (stack id, state or -1) -> Stack, for static stacks
         self.ambiguous = self._ambiguous_stacks()
+        self.resolver.static_names = self._static
 
     def _ambiguous_stacks(self) -> FrozenSet[int]:
         """Stack ids whose names depend on time (an address named twice): resolved per sample."""
         t = self.t
+        self._static = False
         if not t.ebpf_pauses and not any(len(v) > 1 for table in (t.iseqs, t.cfuncs) for v in table.values()):
+            self._static = True
             return frozenset()                  # no address was ever named twice, no pause: the usual case
         fids = {fid for fid in range(len(t.frame_kind)) if self.resolver._ambiguous(fid)}
         if not fids:
@@ -386,7 +388,7 @@ class SamplePass:
         return each
 
     def _aggregate(self, reporter, progress) -> None:
-        counts: Counter = Counter()
+        by_proc: Dict[_Proc, Counter] = {c: Counter() for c in self.ctx.values()}
         lo, hi = self.lo, self.hi
         timed = lo is not None or hi is not None
         lo_v = lo if lo is not None else -1 << 63
@@ -406,25 +408,27 @@ class SamplePass:
                     return
                 whole = first >= lo_v and last <= hi_v
             amb = c.ambiguous
+            counts = by_proc[c]
             if whole and (not amb or amb.isdisjoint(stacks)):
-                counts.update(zip(repeat(c), threads, stacks, states))   # C loop: the hot path
+                counts.update(zip(threads, stacks, states))   # C loop: the hot path
                 return
             for dt, th, sid, st, win in zip(dts, threads, stacks, states, wins):
                 t = base + dt
                 if t < lo_v or t > hi_v:
                     continue
-                counts[(c, th, self.stack(c, sid, st, t, t - win * 1000) if sid in amb else sid, st)] += 1
+                counts[(th, self.stack(c, sid, st, t, t - win * 1000) if sid in amb else sid, st)] += 1
 
         iter_samples(self.path, self._samples(on_batch), limit=self.t.good_sample_records, windows=True, proc=None)
-        for (c, serial, sid, st), n in counts.items():
-            serial |= c.base
-            if not self.keep(serial, st):
-                continue
-            stack = sid if isinstance(sid, Stack) else self.stack(c, sid, st, 0)
-            self.samples_out += n
-            if self.has_unnamed(stack):
-                self.samples_unnamed += n
-            reporter.add(self.thread(serial), stack, st, None, n)
+        for c, counts in by_proc.items():
+            for (serial, sid, st), n in counts.items():
+                serial |= c.base
+                if not self.keep(serial, st):
+                    continue
+                stack = sid if isinstance(sid, Stack) else self.stack(c, sid, st, 0)
+                self.samples_out += n
+                if self.has_unnamed(stack):
+                    self.samples_unnamed += n
+                reporter.add(self.thread(serial), stack, st, None, n)
 
     def _timeline(self, reporter, progress) -> None:
         lo_v = self.lo if self.lo is not None else -1 << 63
@@ -434,16 +438,21 @@ class SamplePass:
         add = reporter.add
         thread = self.thread
 
+        unnamed = self._unnamed
+        threads_of: Dict[int, Thread] = {}
+
         def on_batch(c, base, dts, threads, stacks, sts, wins):
             self.samples_in += len(dts)
             if progress is not None:
                 progress.update(len(dts))
             out = 0
+            n_unnamed = 0
             amb, cache, pbase = c.ambiguous, c.by_sid, c.base
             for dt, th, sid, st, win in zip(dts, threads, stacks, sts, wins):
                 if st == STATE_BLOCKED and not idle:
                     continue
-                th |= pbase
+                if pbase:
+                    th |= pbase
                 if allowed is not None and th not in allowed:
                     continue
                 t = base + dt
@@ -455,11 +464,18 @@ class SamplePass:
                     stack = cache.get((sid, st if states else -1))
                     if stack is None:
                         stack = self.stack(c, sid, st, t)
-                add(thread(th), stack, st, t, 1)
+                tobj = threads_of.get(th)
+                if tobj is None:
+                    tobj = threads_of[th] = thread(th)
+                add(tobj, stack, st, t, 1)
                 out += 1
-                if self.has_unnamed(stack):
-                    self.samples_unnamed += 1
+                u = unnamed.get(stack.id)
+                if u is None:
+                    u = self.has_unnamed(stack)
+                if u:
+                    n_unnamed += 1
             self.samples_out += out
+            self.samples_unnamed += n_unnamed
 
         iter_samples(self.path, self._samples(on_batch), limit=self.t.good_sample_records, windows=True, proc=None)
 

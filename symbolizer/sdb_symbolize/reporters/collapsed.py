@@ -44,5 +44,7 @@ class CollapsedReporter(Reporter):
                 s = names[f] = _clean(f.name)
             return s
 
-        for (label, stack), n in sorted(merged.items(), key=lambda kv: (kv[0][0], [name(f) for f in kv[0][1].frames])):
-            out.write(";".join([label] + [name(f) for f in stack.frames]) + f" {n}\n")
+        rows = [(label, [name(f) for f in stack.frames], n) for (label, stack), n in merged.items()]
+        rows.sort(key=lambda r: (r[0], r[1]))
+        for label, frames, n in rows:
+            out.write(";".join([label] + frames) + f" {n}\n")
