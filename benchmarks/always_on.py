@@ -14,7 +14,6 @@ import glob
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -35,28 +34,12 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def plain_size(path: str) -> int:
-    """The trace's size with its records as plain msgpack (format 2's)."""
-    import msgpack
-    import zstandard
-    with open(path, "rb") as f:
-        data = f.read()
-    u = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=0)
-    u.feed(data)
-    u.unpack()
-    head = u.tell()
-    rest = data[head:]
-    if rest[:4] == b"\x28\xb5\x2f\xfd":
-        return head + len(zstandard.ZstdDecompressor().decompressobj().decompress(rest))
-    return len(data)
-
-
 def run(cfg) -> str:
     common.pin_self()
     minutes = 1.0 if cfg.quick else float(os.environ.get("SDB_ALWAYS_ON_MINUTES", "30"))
     rotate = "20s" if cfg.quick else "10m"
     warm_s, window_s = (10.0, 20.0) if cfg.quick else (300.0, 600.0)
-    from sdb_trace import load_tables
+    from sdb_trace import load_tables, plain_bytes
     with tempfile.TemporaryDirectory(prefix="sdb-always-on-") as tmp:
         port = rails_overhead.free_port()
         log = os.path.join(tmp, "puma.log")
@@ -105,7 +88,7 @@ def run(cfg) -> str:
         files = sorted(glob.glob(os.path.join(tmp, "trace.*.msgpack")))
         samples = sum(load_tables(f).sample_count for f in files)
         size = sum(os.path.getsize(f) for f in files)
-        plain = sum(plain_size(f) for f in files)
+        plain = sum(len(plain_bytes(f)) for f in files)
     first = [k for t, k in rss if warm_s <= t < warm_s + window_s]
     last = [k for t, k in rss if t >= rss[-1][0] - window_s] if rss else []
     f_med, l_med = statistics.median(first), statistics.median(last)

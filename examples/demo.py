@@ -41,16 +41,8 @@ def main() -> int:
     env = dict(os.environ, GEM_HOME=gem_home, GEM_PATH=gem_home + ":")
     start = start_rails if args.app == "rails" else start_shop
     app, load = start(args, env, out)
-    try:
-        print(f"demo: {args.app} app running as pid {app.pid}; recording {args.seconds:g} s at {args.rate:g} Hz")
-        run([os.path.join(BIN, "sdb-sidecar"), "attach", "--pid", str(app.pid), "--rate", str(args.rate),
-             "--duration", str(args.seconds), "-o", trace])
-    finally:
-        for p in (load, app):
-            if p is not None and p.poll() is None:
-                p.terminate()
-            if p is not None:
-                p.wait()
+    record(args, app, load, trace,
+           f"demo: {args.app} app running as pid {app.pid}; recording {args.seconds:g} s at {args.rate:g} Hz")
     run([os.path.join(BIN, "sdb-symbolize"), trace, "--format", "collapsed", "-o", collapsed])
     print_top(collapsed, strip_paths=(RAILS_APP + "/",))
     print(f"\ndemo: files in {os.path.relpath(out, ROOT)}/: trace.msgpack (raw trace), profile.collapsed "
@@ -66,17 +58,8 @@ def cluster(args, env, out) -> None:
     trace = os.path.join(out, "cluster.msgpack")
     summary = os.path.join(out, "cluster.summary.txt")
     app, load = start_rails(args, dict(env, APP_WORKERS="2"), out)
-    try:
-        print(f"\ndemo: the same app in cluster mode: master pid {app.pid} and 2 workers; recording the master "
-              f"{args.seconds:g} s (its workers are followed)")
-        run([os.path.join(BIN, "sdb-sidecar"), "attach", "--pid", str(app.pid), "--rate", str(args.rate),
-             "--duration", str(args.seconds), "-o", trace])
-    finally:
-        for p in (load, app):
-            if p is not None and p.poll() is None:
-                p.terminate()
-            if p is not None:
-                p.wait()
+    record(args, app, load, trace, f"\ndemo: the same app in cluster mode: master pid {app.pid} and 2 workers; "
+                                   f"recording the master {args.seconds:g} s (its workers are followed)")
     run([os.path.join(BIN, "sdb-symbolize"), trace, "--format", "summary", "--no-lines", "-o", summary])
     print("\nPer process (the 3 functions with the most own samples of each):")
     with open(summary) as f:
@@ -90,6 +73,20 @@ def cluster(args, env, out) -> None:
                 shown += 1
     print(f"demo: files in {os.path.relpath(out, ROOT)}/: cluster.msgpack (one trace, 3 processes), "
           f"cluster.summary.txt")
+
+
+def record(args, app, load, trace: str, say: str) -> None:
+    """`sdb-sidecar attach` to the app for args.seconds, then the app and its load stopped."""
+    try:
+        print(say)
+        run([os.path.join(BIN, "sdb-sidecar"), "attach", "--pid", str(app.pid), "--rate", str(args.rate),
+             "--duration", str(args.seconds), "-o", trace])
+    finally:
+        for p in (load, app):
+            if p is not None and p.poll() is None:
+                p.terminate()
+            if p is not None:
+                p.wait()
 
 
 def start_rails(args, env, out):

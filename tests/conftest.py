@@ -205,6 +205,13 @@ def run_symbolize(*args: str, timeout: float = 60) -> subprocess.CompletedProces
     return subprocess.run([*SYMBOLIZE, "--idle", *args], capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
 
 
+def symbolized(trace, fmt: str, *args: str) -> bytes:
+    """`sdb-symbolize TRACE --format FMT ARGS...`'s output (bytes), which must exit 0."""
+    r = subprocess.run([*SYMBOLIZE, str(trace), "--format", fmt, *args], capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
 def run_bench_quick(results: Path, *only: str, timeout: float, extra: Sequence[str] = ()) \
         -> subprocess.CompletedProcess:
     """`benchmarks/run.py --quick --only NAME...` on the suite's Ruby, results (JSON) into `results`;

@@ -271,3 +271,17 @@ class TraceReader:
             yield rec
 
 
+def plain_bytes(path: str) -> bytes:
+    """The trace at `path` with its records as plain msgpack (a compressed one decompressed): the same
+    trace, as a reader of format 2 would find its bytes (tests cut and damage them; benchmarks count
+    what compression saves)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=0)
+    unpacker.feed(data)
+    unpacker.unpack()
+    head = unpacker.tell()
+    if data[head:head + 4] != ZSTD_MAGIC:
+        return data
+    import zstandard
+    return data[:head] + zstandard.ZstdDecompressor().decompressobj().decompress(data[head:])

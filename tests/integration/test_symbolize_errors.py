@@ -4,27 +4,11 @@ from __future__ import annotations
 
 import msgpack
 import pytest
-import zstandard
 
 from conftest import assert_one_error_line, record_program, run_symbolize
-from sdb_trace import VERSION, TraceWriter
+from sdb_trace import VERSION, TraceWriter, plain_bytes
 
 NO_TRACE, NEWER, TRUNCATED, CORRUPT, OUTPUT = 20, 21, 22, 23, 24
-
-
-def plain(path) -> bytes:
-    """A trace the sidecar wrote (format 3: zstd after the header) with its records as plain msgpack:
-    a trace as valid, whose bytes these tests cut between and inside records."""
-    with open(path, "rb") as f:
-        data = f.read()
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=0)
-    unpacker.feed(data)
-    unpacker.unpack()
-    head = unpacker.tell()
-    rest = data[head:]
-    if rest[:4] == b"\x28\xb5\x2f\xfd":
-        rest = zstandard.ZstdDecompressor().decompressobj().decompress(rest)
-    return data[:head] + rest
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +16,7 @@ def real_trace(tmp_path_factory):
     """A 2.5 s recording of parked.rb (a batch every 0.5 s): its bytes (its records as plain msgpack)
     and its records' (start, end, type) spans."""
     path = record_program(tmp_path_factory.mktemp("symbolize"), "parked.rb", duration_s=2.5)
-    data = plain(path)
+    data = plain_bytes(str(path))
     path.write_bytes(data)
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=0)
     unpacker.feed(data)

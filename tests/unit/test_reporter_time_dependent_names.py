@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 
 import pytest
 
+from conftest import symbolized
 from sdb_trace import KIND_CFUNC, KIND_RUBY, TraceWriter
 from sdb_symbolize.reporters import REPORTERS
 from sdb_symbolize.reporters.json_lines import read_samples
@@ -44,13 +43,6 @@ def trace(tmp_path_factory):
         w.end(at_ns=START + 10_000_000, reason="duration", ticks=20, late=0, missed=0, samples=30, torn=0,
               retried=0, errors=0, threads=2, symbol_errors=0)
     return path
-
-
-def run(trace, fmt, *args) -> bytes:
-    r = subprocess.run([sys.executable, "-m", "sdb_symbolize.cli", str(trace), "--format", fmt, *args],
-                       capture_output=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    return r.stdout
 
 
 def names_and_counts(fmt, data: bytes):
@@ -103,8 +95,8 @@ def names_and_counts(fmt, data: bytes):
 # the profiles (`endpoints` names no frames but its units' innermost ones: test_requests*.py)
 @pytest.mark.parametrize("fmt", sorted(name for name, r in REPORTERS.items() if not getattr(r, "by_unit", False)))
 def test_a_reused_address_is_named_by_time_in_every_format(trace, fmt):
-    got = names_and_counts(fmt, run(trace, fmt))
+    got = names_and_counts(fmt, symbolized(trace, fmt))
     assert got.get("old_method") == 10 and got.get("new_method") == 10, got
     assert "sleep" not in got                                          # blocked: dropped unless --idle
-    got = names_and_counts(fmt, run(trace, fmt, "--from", "0.006", "--thread", "main"))
+    got = names_and_counts(fmt, symbolized(trace, fmt, "--from", "0.006", "--thread", "main"))
     assert got == {"new_method": 8}, got                               # 6.0, 6.5, ..., 9.5 ms

@@ -5,11 +5,10 @@ On a trace written by hand, so every expected value is known."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from conftest import symbolized
 from sdb_trace import KIND_RUBY, TraceWriter
 
 pytestmark = pytest.mark.once
@@ -67,11 +66,9 @@ def trace(tmp_path_factory):
 
 
 def run(trace, fmt, *args) -> str:
-    r = subprocess.run([sys.executable, "-m", "sdb_symbolize.cli", str(trace), "--format", fmt, *args],
-                       capture_output=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert b"\x1b" not in r.stdout and b"\x07" not in r.stdout, "a control character from the app reached the output"
-    return r.stdout.decode()
+    out = symbolized(trace, fmt, *args)
+    assert b"\x1b" not in out and b"\x07" not in out, "a control character from the app reached the output"
+    return out.decode()
 
 
 def markers(profile: dict) -> dict:

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from conftest import symbolized
 from sdb_trace import KIND_RUBY, TraceWriter, iter_samples, load_tables
 
 pytestmark = pytest.mark.once
@@ -62,16 +63,9 @@ def trace(tmp_path_factory):
     return path
 
 
-def run(trace, fmt, *args) -> bytes:
-    r = subprocess.run([sys.executable, "-m", "sdb_symbolize.cli", str(trace), "--format", fmt, *args],
-                       capture_output=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    return r.stdout
-
-
 def collapsed(trace, *args) -> dict:
     out = {}
-    for line in run(trace, "collapsed", *args).decode().splitlines():
+    for line in symbolized(trace, "collapsed", *args).decode().splitlines():
         stack, n = line.rsplit(" ", 1)
         out[stack] = int(n)
     return out
@@ -126,7 +120,7 @@ def test_pid_keeps_one_process(trace):
 
 
 def test_summary_has_a_table_per_process(trace):
-    text = run(trace, "summary").decode()
+    text = symbolized(trace, "summary").decode()
     assert "45 samples" in text and "3 thread(s); 2 processes" in text
     master_at, worker_at = text.index(f"{MASTER}: 10 samples, 1 thread(s)"), \
         text.index(f"{WORKER}: 35 samples, 2 thread(s), ended (exited)")
@@ -136,7 +130,7 @@ def test_summary_has_a_table_per_process(trace):
 
 
 def test_a_workers_requests_are_its_own_and_the_endpoints_report_finds_them(trace):
-    text = run(trace, "endpoints").decode()
+    text = symbolized(trace, "endpoints").decode()
     row = next(line for line in text.splitlines() if line.startswith("ProductsController#index"))
     assert row.split()[2] == "1", row                   # one request
     assert collapsed(trace, "--endpoint", "ProductsController#index") == {
@@ -146,22 +140,22 @@ def test_a_workers_requests_are_its_own_and_the_endpoints_report_finds_them(trac
 
 
 def test_timeline_formats_name_each_threads_process(trace):
-    d = json.loads(run(trace, "speedscope"))
+    d = json.loads(symbolized(trace, "speedscope"))
     assert [p["name"] for p in d["profiles"]] == [f"{MASTER} / thread main (tid 100)",
                                                    f"{WORKER} / thread main (tid 101)",
                                                    f"{WORKER} / thread puma srv 0 (tid 102)"]
-    f = json.loads(run(trace, "firefox"))
+    f = json.loads(symbolized(trace, "firefox"))
     assert [(t["pid"], t["processName"], t["tid"]) for t in f["threads"]] == [
         ("100", "puma master", 100), ("101", "puma: cluster worker 0", 101), ("101", "puma: cluster worker 0", 102)]
     assert f["threads"][1]["processShutdownTime"] == 40.0
-    lines = [json.loads(x) for x in run(trace, "json").decode().splitlines()]
+    lines = [json.loads(x) for x in symbolized(trace, "json").decode().splitlines()]
     assert {(x["tid"], x["pid"]) for x in lines if "t" in x} == {(100, 100), (101, 101), (102, 101)}
 
 
 def test_pprof_labels_each_sample_with_its_process(trace):
     from sdb_symbolize.pprof import Profile
     p = Profile()
-    p.ParseFromString(gzip.decompress(run(trace, "pprof")))
+    p.ParseFromString(gzip.decompress(symbolized(trace, "pprof")))
     s = p.string_table
     per_pid = {}
     for sample in p.sample:

@@ -3,6 +3,7 @@ happens after a recording (sdb-symbolize run for --format, or the commands to ru
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import shutil
@@ -52,16 +53,6 @@ def add_depth_argument(p: argparse.ArgumentParser) -> None:
                    help=f"frames read per stack at most (default {DEFAULTS.max_depth})")
 
 
-def positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0: {text!r}")
-    return v
-
-
 _TIME_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _SIZE_UNITS = {"kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1024.0, "mib": 1024.0 ** 2, "gib": 1024.0 ** 3}
 
@@ -87,24 +78,24 @@ def rotation(text: str):
     raise argparse.ArgumentTypeError(f"not a time or size: {text!r} (say 10m, 1h, 100MB)")
 
 
-def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0: {text!r}")
-    return v
+def _number(cast, what: str, positive: bool):
+    """An argparse type: `cast` of the text, more than 0 (positive) or at least 0."""
+    def parse(text: str):
+        try:
+            v = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+        if v < 0 or (positive and v == 0):
+            raise argparse.ArgumentTypeError(f"must be {'more than' if positive else 'at least'} 0: {text!r}")
+        return v
+    return parse
 
 
-def non_negative_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
-    return v
+positive_float = _number(float, "a number", positive=True)
+non_negative_float = _number(float, "a number", positive=False)
+positive_int = _number(int, "a whole number", positive=True)
 
 
 def check_output_dir(path: str) -> None:
