@@ -4,7 +4,7 @@
 #
 # `require "sdb"` creates /dev/shm/sdb-<pid> (docs/registry-format.md),
 # checks this Ruby's memory layout and keeps one registry slot per live
-# thread. All of it is done from C (gem/ext/sdb/sdb.c): threads alive now are
+# thread. All of it is done from C (gem/ext/sdb/*.c): threads alive now are
 # adopted, later ones register in Ruby's thread-begin event and are released
 # at their end; no Ruby method is patched and no module is prepended, so the
 # app sees no frame, label or ancestor of sdb. SDB_DISABLE=1 turns it off.
@@ -40,7 +40,7 @@ module Sdb
     private
 
     # __open through a method that a method calls: the C side checks, on these two frames, the
-    # caller/callee link the sidecar relies on (sdb.c: sdb_check_link). The callee has five
+    # caller/callee link the sidecar relies on (sdb_check.c: sdb_check_link). The callee has five
     # locals: with none, a wrong local_table_size offset that reads a zero (ise_size on 3.3)
     # would pass the check.
     def __start = __open_from_ruby(1, 2, 3, 4, 5)

@@ -12,10 +12,20 @@ module SdbTestHelper
   TEST_DIR = __dir__
 
   # Runs `script` in a child Ruby with sdb on the load path; returns [stdout, stderr, status].
-  def run_ruby(script, env = {})
+  # timeout: seconds after which the child is killed (SIGKILL): its status then says so (termsig 9).
+  def run_ruby(script, env = {}, timeout = 300)
     env = { "SDB_DISABLE" => nil, "SDB_FORCE_LAYOUT" => nil, "SDB_TEST_CORRUPT_LAYOUT" => nil,
             "SDB_MAX_THREADS" => nil }.merge(env)
-    Open3.capture3(env, RUBY, "-I", LIB, "-I", TEST_DIR, "-rjson", "-rsdb_registry_reader", "-e", script)
+    Open3.popen3(env, RUBY, "-I", LIB, "-I", TEST_DIR, "-rjson", "-rsdb_registry_reader", "-e", script) do |i, o, e, t|
+      i.close
+      out = Thread.new { o.read }
+      err = Thread.new { e.read }
+      unless t.join(timeout)
+        Process.kill(:KILL, t.pid)
+        t.join
+      end
+      [out.value, err.value, t.value]
+    end
   end
 
   # Runs `script`, which must print one JSON document last; returns it parsed.

@@ -22,9 +22,22 @@ class TestRactor < Minitest::Test
                    "live" => live, "enabled" => defined?(Sdb) ? Sdb.enabled? : nil)
   RUBY
 
+  # Ruby's Ractors themselves hang now and then in this program, every thread of the process waiting
+  # (seen once on 3.3.8 without sdb, once on 3.1 with it: the main thread in Ractor#take, the
+  # Ractor's threads in Ractor.receive; sdb runs no code in those Ractors): a run that has not ended
+  # in 60 s is killed and run again, up to 3 times, and each hang is told.
+  def run_ractors(env = {})
+    3.times do |attempt|
+      out, err, status = run_ruby(RACTOR_PROGRAM, env, 60)
+      return [out, err, status] unless status.termsig == 9
+      warn "test_ractor: Ruby hung in its Ractors (#{env.empty? ? "without" : "with"} sdb), attempt #{attempt + 1}"
+    end
+    flunk "the Ractor program hung 3 times in a row (#{env.empty? ? "without" : "with"} sdb)"
+  end
+
   def test_threads_started_inside_ractors_run_as_without_sdb_and_are_not_registered
-    plain_out, plain_err, plain_status = run_ruby(RACTOR_PROGRAM)
-    out, err, status = run_ruby(RACTOR_PROGRAM, "WITH_SDB" => "1")
+    plain_out, plain_err, plain_status = run_ractors
+    out, err, status = run_ractors("WITH_SDB" => "1")
     assert plain_status.success?, plain_err
     assert status.success?, "with sdb: #{status.inspect}\n#{err}"
     assert_equal plain_err, err

@@ -1,5 +1,5 @@
 # extconf.rb - configures the sdb C extension (sdb/sdb_ext).
-# Every C API sdb.c needs is checked here; a missing one stops the build
+# Every C API the gem's C units need is checked here; a missing one stops the build
 # with a sentence saying what is missing, instead of a compiler error.
 require "mkmf"
 

@@ -4,7 +4,7 @@
  * Every number here comes from Ruby's own sources, as docs/ruby-internals.md
  * explains them (vX_Y_Z:file:line). SDB_NA = not sourced / does not
  * exist in that version: never guess a number. A row is checked at require
- * against Ruby's own rb_profile_frames (sdb.c: sdb_check_layout), so a
+ * against Ruby's own rb_profile_frames (sdb_check.c: sdb_check_layout), so a
  * wrong row is refused, not trusted.
  *
  * Adding a Ruby version: copy the nearest row, re-read every field from
@@ -43,7 +43,7 @@ struct sdb_layout_row {
     .rstring_noembed_bit = 13, .rstring_heap_len = 16, .rstring_heap_ptr = 24, \
     .rstring_embed_len = 16, .rstring_embed_ary = 24,                       \
     .rstring_embed_len_shift = SDB_NA, .rstring_embed_len_mask = SDB_NA
-/* GC seen from outside: only where the gem cannot hook GC (3.1, see sdb.c sdb_hook_gc) */
+/* GC seen from outside: only where the gem cannot hook GC (3.1, see sdb_check.c sdb_hook_gc) */
 #define SDB_NO_GC_WORDS \
     .objspace_flags = SDB_NA, .gc_during_bit = SDB_NA, .gc_dont_gc_bit = SDB_NA
 #define SDB_RARRAY(mask)                                                   \

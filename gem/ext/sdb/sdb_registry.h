@@ -1,7 +1,7 @@
 /**********************************************************************
  * sdb_registry.h - the shared-memory thread registry, byte for byte.
  *
- * Written by the gem (gem/ext/sdb/sdb.c) inside the Ruby process, read
+ * Written by the gem (gem/ext/sdb/*.c) inside the Ruby process, read
  * by the sidecar (sidecar/sdb_sidecar/_sampler.pyx, sidecar/.../registry.py)
  * from another process. This header is the one definition both sides
  * compile against; docs/registry-format.md explains it in prose.
@@ -153,7 +153,7 @@ struct sdb_layout {
     uint64_t id_classpath;       /* __classpath__ */
     uint64_t id_tmp_classpath;   /* __tmp_classpath__ */
     uint64_t id_attached;        /* __attached__ */
-    /* Found and proven at require (sdb.c: sdb_find_gc_words), 0 when not: the sidecar reads both
+    /* Found and proven at require (sdb_check.c: sdb_find_gc_words), 0 when not: the sidecar reads both
      * words with every tick, and a thread whose ec is the running ec while during_gc is set is
      * the one collecting. */
     uint64_t gc_flags_addr;      /* &objspace->flags */

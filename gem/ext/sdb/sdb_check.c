@@ -1,0 +1,544 @@
+/**********************************************************************
+ * sdb_check.c - the layout check: the row's offsets proven on this process's own frames,
+ * classes and symbols (rb_profile_frames is the judge), and the facts found on the way.
+ **********************************************************************/
+#include "sdb_gem.h"
+
+/* ---------- the layout check ---------- */
+
+struct sdb_vm_frame {
+    uint32_t path_len;
+    long first_lineno, local_first_lineno;
+    char path[SDB_PATH_CAP];
+};
+
+static int
+sdb_read_lineno(const struct sdb_layout *L, uint64_t body, long *out)
+{
+    if (L->body_first_lineno_is_fixnum) {
+        uint64_t v;
+        if (sdb_read_u64(body + L->body_first_lineno, &v)) return -1;
+        *out = (long)((int64_t)v >> 1);
+    }
+    else {
+        int32_t v;
+        if (sdb_read(body + L->body_first_lineno, &v, sizeof(v))) return -1;
+        *out = v;
+    }
+    return 0;
+}
+
+/* Reads a String's bytes through the layout. */
+static int
+sdb_read_rstring(const struct sdb_layout *L, uint64_t str, struct sdb_vm_frame *f)
+{
+    uint64_t flags, len, ptr;
+    if (sdb_read_u64(str, &flags) || (flags & 0x1f) != 0x05) return -1;
+    if (flags & (1ull << L->rstring_noembed_bit)) {
+        if (sdb_read_u64(str + L->rstring_heap_len, &len) || sdb_read_u64(str + L->rstring_heap_ptr, &ptr))
+            return -1;
+    }
+    else {
+        if (L->rstring_embed_len != SDB_NA) {
+            uint64_t l;
+            if (sdb_read_u64(str + L->rstring_embed_len, &l)) return -1;
+            len = l;
+        }
+        else {
+            len = (flags >> L->rstring_embed_len_shift) & L->rstring_embed_len_mask;
+        }
+        ptr = str + L->rstring_embed_ary;
+    }
+    if (len > (1u << 20)) return -1;
+    f->path_len = (uint32_t)len;
+    if (len > SDB_PATH_CAP) len = SDB_PATH_CAP;
+    return len ? sdb_read(ptr, f->path, len) : 0;
+}
+
+/* pathobj: a String, or an Array [path, realpath]. */
+static int
+sdb_read_pathobj(const struct sdb_layout *L, uint64_t pathobj, struct sdb_vm_frame *f)
+{
+    uint64_t flags, first;
+    if (sdb_read_u64(pathobj, &flags)) return -1;
+    if ((flags & 0x1f) == 0x07) {
+        uint64_t elts = pathobj + L->rarray_embed_ary;
+        if (!(flags & (1ull << L->rarray_embed_bit))) {
+            if (sdb_read_u64(pathobj + L->rarray_heap_ptr, &elts)) return -1;
+        }
+        if (sdb_read_u64(elts, &first)) return -1;
+        pathobj = first;
+    }
+    return sdb_read_rstring(L, pathobj, f);
+}
+
+static int
+sdb_is_iseq(uint64_t iseq)
+{
+    uint64_t flags;
+    if (sdb_read_u64(iseq, &flags)) return 0;
+    return (flags & 0x1f) == 0x1a && ((flags >> 12) & 0xf) == 7;
+}
+
+/* Walks this thread's frames through the layout and compares them with
+ * rb_profile_frames. 0 = agreed; -1 = refused, reason in `why`. */
+int
+sdb_check_layout(const struct sdb_layout *L, char *why, size_t cap)
+{
+    VALUE buf[SDB_CHECK_FRAMES];
+    int lines[SDB_CHECK_FRAMES];
+    struct sdb_vm_frame *mine;
+    uint64_t th = (uint64_t)(uintptr_t)RTYPEDDATA_DATA(rb_thread_current());
+    uint64_t ec, back, cfp, stack, stack_size, end;
+    unsigned char cfpbuf[256];
+    int n, i, nmine = 0, j = 0, rc = -1, last_is_dummy = 0;
+
+    if (sdb_read_u64(th + L->thread_ec, &ec)) {
+        snprintf(why, cap, "cannot read rb_thread_t.ec at +%u (%s)", L->thread_ec, strerror(errno));
+        return -1;
+    }
+    if (sdb_read_u64(ec + L->ec_thread_ptr, &back) || back != th) {
+        snprintf(why, cap, "ec->thread_ptr (+%u) does not point back at the thread", L->ec_thread_ptr);
+        return -1;
+    }
+    if (L->thread_status != SDB_NA) {
+        uint8_t b;
+        if (sdb_read(th + L->thread_status, &b, 1) || ((b >> L->thread_status_shift) & L->thread_status_mask) != 0) {
+            snprintf(why, cap, "th->status (byte %u) does not say RUNNABLE for the running thread", L->thread_status);
+            return -1;
+        }
+    }
+    if (sdb_read_u64(ec + L->ec_cfp, &cfp) || sdb_read_u64(ec + L->ec_vm_stack, &stack) ||
+        sdb_read_u64(ec + L->ec_vm_stack_size, &stack_size)) {
+        snprintf(why, cap, "cannot read ec->cfp/vm_stack/vm_stack_size");
+        return -1;
+    }
+    end = stack + stack_size * 8;
+    if (L->cfp_size == 0 || L->cfp_size > sizeof(cfpbuf) || stack_size == 0 || stack_size > (1u << 26) ||
+        cfp < stack || cfp >= end || (end - cfp) % L->cfp_size != 0) {
+        snprintf(why, cap, "ec->cfp is not a control frame inside the VM stack (cfp size %u)", L->cfp_size);
+        return -1;
+    }
+
+    n = rb_profile_frames(0, SDB_CHECK_FRAMES, buf, lines);
+    mine = ALLOC_N(struct sdb_vm_frame, SDB_CHECK_FRAMES);
+    /* the outermost frame (end - 1) is Ruby's dummy; on the main thread it holds a real ISeq.
+     * rb_profile_frames reports it on 3.1 but not on 3.3+; Thread#backtrace never does (nor
+     * does the sidecar). Walk it, and accept Ruby's count with or without it. */
+    for (; cfp < end && nmine < SDB_CHECK_FRAMES; cfp += L->cfp_size) {
+        uint64_t pc, iseq, body, pathobj, local, lbody;
+        struct sdb_vm_frame *f = &mine[nmine];
+        if (sdb_read(cfp, cfpbuf, L->cfp_size)) {
+            snprintf(why, cap, "cannot read a control frame at 0x%llx", (unsigned long long)cfp);
+            goto done;
+        }
+        memcpy(&pc, cfpbuf + L->cfp_pc, 8);
+        memcpy(&iseq, cfpbuf + L->cfp_iseq, 8);
+        if (!iseq || !pc || !sdb_is_iseq(iseq)) continue;
+        if (sdb_read_u64(iseq + L->iseq_body, &body) || !body) continue;
+        if (sdb_read_u64(body + L->body_pathobj, &pathobj) || sdb_read_pathobj(L, pathobj, f) ||
+            sdb_read_lineno(L, body, &f->first_lineno)) {
+            snprintf(why, cap, "frame %d: cannot read the iseq's path/first_lineno (pathobj +%u)",
+                     nmine, L->body_pathobj);
+            goto done;
+        }
+        f->local_first_lineno = f->first_lineno;
+        last_is_dummy = (cfp + L->cfp_size == end);
+        if (!sdb_read_u64(body + L->body_local_iseq, &local) && local && local != iseq &&
+            !sdb_read_u64(local + L->iseq_body, &lbody) && lbody)
+            sdb_read_lineno(L, lbody, &f->local_first_lineno);
+        nmine++;
+    }
+
+    if (getenv("SDB_DEBUG_LAYOUT")) { /* for adding a Ruby version: both views, side by side */
+        for (i = 0; i < nmine; i++)
+            fprintf(stderr, "sdb: layout frame %d: %.*s first_lineno %ld (local %ld)\n", i,
+                    (int)(mine[i].path_len < 200 ? mine[i].path_len : 200), mine[i].path,
+                    mine[i].first_lineno, mine[i].local_first_lineno);
+        for (i = 0; i < n; i++) {
+            VALUE path = rb_profile_frame_path(buf[i]), first = rb_profile_frame_first_lineno(buf[i]);
+            VALUE label = rb_profile_frame_full_label(buf[i]);
+            fprintf(stderr, "sdb: rb_profile_frames %d: %s %s first_lineno %ld\n", i,
+                    RB_TYPE_P(label, T_STRING) ? StringValueCStr(label) : "?",
+                    RB_TYPE_P(path, T_STRING) ? StringValueCStr(path) : "(no path)",
+                    FIXNUM_P(first) ? FIX2LONG(first) : -1L);
+        }
+    }
+    for (i = 0; i < n; i++) {
+        VALUE path = rb_profile_frame_path(buf[i]);
+        VALUE first = rb_profile_frame_first_lineno(buf[i]);
+        long want_line;
+        struct sdb_vm_frame *f;
+        if (!RB_TYPE_P(path, T_STRING) || !FIXNUM_P(first)) continue; /* cfunc */
+        if (j >= nmine) {
+            if (n == SDB_CHECK_FRAMES || nmine == SDB_CHECK_FRAMES) break;
+            snprintf(why, cap, "Ruby reports more frames than the layout finds (%d found)", nmine);
+            goto done;
+        }
+        f = &mine[j];
+        want_line = FIX2LONG(first);
+        if ((long)f->path_len != RSTRING_LEN(path) ||
+            memcmp(f->path, RSTRING_PTR(path), f->path_len < SDB_PATH_CAP ? f->path_len : SDB_PATH_CAP)) {
+            snprintf(why, cap, "frame %d: path \"%.*s\" read through the layout, Ruby says \"%.*s\"", j,
+                     (int)(f->path_len < 60 ? f->path_len : 60), f->path,
+                     (int)(RSTRING_LEN(path) < 60 ? RSTRING_LEN(path) : 60), RSTRING_PTR(path));
+            goto done;
+        }
+        /* for a block in a method Ruby names the method: its local iseq */
+        if (want_line != f->first_lineno && want_line != f->local_first_lineno) {
+            snprintf(why, cap, "frame %d (%.*s): first_lineno %ld read through the layout, Ruby says %ld", j,
+                     (int)(f->path_len < 60 ? f->path_len : 60), f->path, f->first_lineno, want_line);
+            goto done;
+        }
+        j++;
+    }
+    if (i == n && j != nmine && !(last_is_dummy && j == nmine - 1) && n < SDB_CHECK_FRAMES) {
+        snprintf(why, cap, "the layout finds %d Ruby frames, Ruby reports %d", nmine, j);
+        goto done;
+    }
+    if (j == 0) {
+        snprintf(why, cap, "no Ruby frame found to compare");
+        goto done;
+    }
+    rc = 0;
+done:
+    xfree(mine);
+    return rc;
+}
+
+/* ---------- class paths (for the sidecar's method names) ----------
+ * The sidecar names a method entry's class from outside: its path where Ruby keeps it (3.3+: a
+ * field of the class's rb_classext_t; 3.1: the hidden ivar __classpath__, or __tmp_classpath__,
+ * in the class's ivar st_table), and a singleton's attached object (3.3+: a classext field; 3.1:
+ * the ivar __attached__). Checked here on the gem's own module and its singleton class, through
+ * the same reads the sidecar makes; what does not check out is withdrawn (SDB_NA / 0), so the
+ * sidecar names methods without their class rather than wrongly. */
+#define SDB_ST_NUM_ENTRIES 16   /* ruby/st.h struct st_table, the same since Ruby 2.4 */
+#define SDB_ST_ENTRIES_START 32
+#define SDB_ST_ENTRIES_BOUND 40
+#define SDB_ST_ENTRIES 48
+#define SDB_ST_ENTRY_SIZE 24    /* st.c st_table_entry {hash, key, record} */
+
+static int
+sdb_class_ivar(const struct sdb_layout *L, uint64_t klass, uint64_t id, uint64_t *out)
+{
+    uint64_t ext, tbl, n, start, bound, entries, i, kv[2];
+    if (sdb_read_u64(klass + L->class_ext_ptr, &ext) || !ext ||
+        sdb_read_u64(ext + L->classext_iv_tbl, &tbl) || !tbl ||
+        sdb_read_u64(tbl + SDB_ST_NUM_ENTRIES, &n) || sdb_read_u64(tbl + SDB_ST_ENTRIES_START, &start) ||
+        sdb_read_u64(tbl + SDB_ST_ENTRIES_BOUND, &bound) || sdb_read_u64(tbl + SDB_ST_ENTRIES, &entries) ||
+        bound < start || bound - start > 4096 || !entries)
+        return -1;
+    for (i = start; i < bound; i++) {
+        if (sdb_read(entries + i * SDB_ST_ENTRY_SIZE + 8, kv, 16)) return -1;
+        if (kv[0] == id) {
+            *out = kv[1];
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int
+sdb_is_path(uint64_t v, const char *want)
+{
+    VALUE s = (VALUE)v;
+    uint64_t flags;
+    if (!v || (v & 7) || sdb_read_u64(v, &flags) || (flags & 0x1f) != 0x05) return 0;
+    return RSTRING_LEN(s) == (long)strlen(want) && !memcmp(RSTRING_PTR(s), want, strlen(want));
+}
+
+/* RubyVM::InstructionSequence.of(klass.instance_method(name)), for rb_protect: [klass, name] */
+static VALUE
+sdb_iseq_of(VALUE args)
+{
+    VALUE m = rb_funcall(RARRAY_AREF(args, 0), rb_intern("instance_method"), 1, RARRAY_AREF(args, 1));
+    return rb_funcall(rb_path2class("RubyVM::InstructionSequence"), rb_intern("of"), 1, m);
+}
+
+/* The caller/callee link the sampler checks: a method's frame sits at its caller's sp +
+ * (local_table_size + 3) words (vm_call_iseq_setup_normal). Checked on this thread's own stack,
+ * which stands still while we read it (RubyGems' require gives method/block pairs): a link that
+ * does not hold withdraws both fields (SDB_NA), and the sampler then checks no link. With no
+ * pair on the stack (`ruby -rsdb`), the row's sourced offsets stay. */
+void
+sdb_check_link(struct sdb_layout *L)
+{
+    uint64_t th = (uint64_t)(uintptr_t)RTYPEDDATA_DATA(rb_thread_current());
+    uint64_t ec, cfp, stack, stack_size, end, pc, iseq, sp, ep, body;
+    uint64_t callee_ep = 0;
+    uint32_t type, locals, callee_locals = 0;
+    unsigned char cfpbuf[256];
+    int callee_method = 0, checked = 0, failed = 0;
+
+    if (L->cfp_sp == SDB_NA || L->body_local_table_size == SDB_NA) return;
+    if (L->cfp_sp + 8 > L->cfp_size || sdb_read_u64(th + L->thread_ec, &ec) || sdb_read_u64(ec + L->ec_cfp, &cfp) ||
+        sdb_read_u64(ec + L->ec_vm_stack, &stack) || sdb_read_u64(ec + L->ec_vm_stack_size, &stack_size)) {
+        failed = 1;
+        goto out;
+    }
+    end = stack + stack_size * 8;
+    for (; cfp < end && cfp >= stack; cfp += L->cfp_size) {
+        int ruby = 0;
+        if (sdb_read(cfp, cfpbuf, L->cfp_size)) break;
+        memcpy(&pc, cfpbuf + L->cfp_pc, 8);
+        memcpy(&iseq, cfpbuf + L->cfp_iseq, 8);
+        memcpy(&sp, cfpbuf + L->cfp_sp, 8);
+        memcpy(&ep, cfpbuf + L->cfp_ep, 8);
+        if (iseq && pc && sdb_is_iseq(iseq) && !sdb_read_u64(iseq + L->iseq_body, &body) && body &&
+            !sdb_read(body + L->body_type, &type, 4) && !sdb_read(body + L->body_local_table_size, &locals, 4)) {
+            ruby = 1;
+            if (callee_method && (type == 1 || type == 2)) { /* ISEQ_TYPE_METHOD, ISEQ_TYPE_BLOCK */
+                checked++;
+                if (callee_ep != sp + ((uint64_t)callee_locals + 3) * 8) failed++;
+            }
+        }
+        callee_method = ruby && type == 1;
+        callee_ep = ep;
+        callee_locals = ruby ? locals : 0;
+    }
+out:
+    if (getenv("SDB_DEBUG_LAYOUT"))
+        fprintf(stderr, "sdb: caller/callee links: %d checked, %d failed (cfp_sp +%u, local_table_size +%u)\n",
+                checked, failed, L->cfp_sp, L->body_local_table_size);
+    if (failed) L->cfp_sp = L->body_local_table_size = SDB_NA;
+}
+
+void
+sdb_check_classes(struct sdb_layout *L, VALUE mod)
+{
+    VALUE sing = rb_singleton_class(mod);
+    uint64_t v = 0;
+    if (L->class_ext_ptr != SDB_NA && L->classext_iv_tbl != SDB_NA) {
+        L->id_classpath = rb_intern("__classpath__");
+        L->id_tmp_classpath = rb_intern("__tmp_classpath__");
+        L->id_attached = rb_intern("__attached__");
+        if (sdb_class_ivar(L, (uint64_t)mod, L->id_classpath, &v) || !sdb_is_path(v, "Sdb"))
+            L->id_classpath = L->id_tmp_classpath = 0;
+        if (sdb_class_ivar(L, (uint64_t)sing, L->id_attached, &v) || v != (uint64_t)mod)
+            L->id_attached = 0;
+        if (!L->id_classpath) L->class_ext_ptr = L->classext_iv_tbl = SDB_NA;
+    }
+    if (L->classext_classpath != SDB_NA &&
+        (sdb_read_u64((uint64_t)mod + L->classext_classpath, &v) || !sdb_is_path(v, "Sdb")))
+        L->classext_classpath = SDB_NA;
+    if (L->classext_attached_object != SDB_NA &&
+        (sdb_read_u64((uint64_t)sing + L->classext_attached_object, &v) || v != (uint64_t)mod))
+        L->classext_attached_object = SDB_NA;
+    if (L->body_builtin_attrs != SDB_NA) {
+        /* a built-in method marked leaf (attr 0x01) must read as such, a method of ours as none */
+        int state = 0;
+        VALUE iseqw = rb_protect(sdb_iseq_of, rb_ary_new_from_args(2, rb_cInteger, ID2SYM(rb_intern("-@"))), &state);
+        VALUE ours = state ? Qnil : rb_protect(sdb_iseq_of, rb_ary_new_from_args(2, rb_singleton_class(mod),
+                                                ID2SYM(rb_intern("enabled?"))), &state);
+        uint64_t body, attrs = 0, mine = 1, iseq;
+        if (state) rb_set_errinfo(Qnil);
+        /* an InstructionSequence's data is a pointer to the rb_iseq_t* (iseq.c iseqw_new) */
+        if (state || NIL_P(iseqw) || NIL_P(ours) || !RTYPEDDATA_P(iseqw) || !RTYPEDDATA_P(ours) ||
+            sdb_read_u64((uint64_t)(uintptr_t)RTYPEDDATA_DATA(iseqw), &iseq) ||
+            sdb_read_u64(iseq + L->iseq_body, &body) ||
+            sdb_read(body + L->body_builtin_attrs, &attrs, 4) || !(attrs & 0x01) ||
+            sdb_read_u64((uint64_t)(uintptr_t)RTYPEDDATA_DATA(ours), &iseq) ||
+            sdb_read_u64(iseq + L->iseq_body, &body) ||
+            sdb_read(body + L->body_builtin_attrs, &mine, 4) || (mine & 0xffffffffu) != 0)
+            L->body_builtin_attrs = SDB_NA;
+    }
+    if (getenv("SDB_DEBUG_LAYOUT"))
+        fprintf(stderr, "sdb: builtin attrs +%u; class facts: classpath +%u, ivar ids %llu/%llu, attached +%u / id %llu\n",
+                L->body_builtin_attrs, L->classext_classpath, (unsigned long long)L->id_classpath, (unsigned long long)L->id_tmp_classpath,
+                L->classext_attached_object, (unsigned long long)L->id_attached);
+}
+
+/* ---------- GC (for the sidecar's "(garbage collection)" frame) ----------
+ * Ruby calls GC_ENTER/GC_EXIT hooks around every piece of GC work (a full mark, an incremental
+ * step, a lazy sweep step), on the thread that does it, which holds the GVL. The hook stores
+ * 1/0 in the header: the sidecar reads it with its sample, no syscall. */
+static void
+sdb_gc_event(VALUE tpval, void *data)
+{
+    rb_event_flag_t ev = rb_tracearg_event_flag(rb_tracearg_from_tracepoint(tpval));
+    struct sdb_header *h = sdb.hdr;
+    (void)data;
+    if (h) __atomic_store_n(&h->gc_active, (ev & RUBY_INTERNAL_EVENT_GC_ENTER) ? 1u : 0u, __ATOMIC_RELAXED);
+}
+
+void
+sdb_hook_gc(void)
+{
+    static VALUE tp = 0;
+#if RUBY_API_VERSION_MAJOR == 3 && RUBY_API_VERSION_MINOR < 3
+    /* Before 3.3, any GC event hook turns off the allocation fast path for every object
+     * (gc.c: newobj_of checks flags.has_hook, set by any objspace event; 3.3 checks only for a
+     * NEWOBJ hook): an allocation-heavy app ran 12-15 % slower with this hook on 3.1. No GC frame
+     * there rather than a slower app. */
+    return;
+#endif
+    if (tp) return;
+    tp = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_GC_ENTER | RUBY_INTERNAL_EVENT_GC_EXIT, sdb_gc_event, NULL);
+    rb_obj_hide(tp); /* not one more TracePoint for ObjectSpace.each_object */
+    rb_gc_register_mark_object(tp);
+    rb_tracepoint_enable(tp);
+}
+
+/* ---------- GC seen from outside (Ruby 3.1, where sdb_hook_gc hooks nothing) ----------
+ * The sidecar reads two words of the VM with every tick: objspace->flags, whose during_gc bit
+ * gc_enter sets and gc_exit clears on the thread that holds the GVL, and the main ractor's
+ * threads.running_ec, which Ruby sets to the ec that takes the GVL or switches fibers
+ * (ractor_core.h: rb_ractor_thread_switch, rb_ractor_set_current_ec). While during_gc is set,
+ * the thread whose ec is the running ec is the one collecting. No hook: allocation is untouched.
+ * Both addresses are found here and proven, or left 0 (then no GC frame, as before):
+ *  - objspace->flags: among the words of rb_vm_t, the one pointer whose word at +objspace_flags
+ *    changes by exactly the dont_gc bit when GC is disabled and enabled (rb_gc_disable first
+ *    finishes a GC in progress, as GC.disable does; the app's own setting is put back, and no GC
+ *    can start in between: this thread holds the GVL and allocates nothing);
+ *  - running_ec: the one word of the main ractor that holds this thread's ec (it holds the GVL)
+ *    and is followed by the main thread's rb_thread_t* (threads.running_ec, threads.main). */
+#if RUBY_API_VERSION_MAJOR == 3 && RUBY_API_VERSION_MINOR < 2
+extern void *ruby_current_vm_ptr;      /* vm_core.h; exported by libruby 3.1 */
+extern void *ruby_single_main_ractor;  /* vm_core.h; the main ractor while it is the only one */
+#define SDB_VM_WORDS 512               /* rb_vm_t is searched in its first 4 KiB ... */
+#define SDB_RACTOR_WORDS 256           /* ... rb_ractor_t in its first 2 KiB */
+
+static int
+sdb_plausible_ptr(uint64_t v)
+{
+    return v >= 4096 && (v & 7) == 0 && v < 0x0100000000000000ull;
+}
+#endif
+
+void
+sdb_find_gc_words(struct sdb_layout *L)
+{
+    L->gc_flags_addr = 0;
+    L->running_ec_addr = 0;
+#if RUBY_API_VERSION_MAJOR == 3 && RUBY_API_VERSION_MINOR < 2
+    static uint64_t vmw[SDB_VM_WORDS];
+    static uint32_t off[SDB_VM_WORDS], on[SDB_VM_WORDS];
+    static unsigned char ok[SDB_VM_WORDS];
+    uint64_t vm = (uint64_t)(uintptr_t)ruby_current_vm_ptr, r = (uint64_t)(uintptr_t)ruby_single_main_ractor;
+    uint64_t th, ec, main_th, w[2], flags = 0, rec = 0;
+    uint32_t dont, i, nvm = 0, found = 0;
+    VALUE was;
+    if (L->objspace_flags == SDB_NA || L->gc_dont_gc_bit >= 32 || L->gc_during_bit >= 32 || !vm || !r) return;
+    dont = 1u << L->gc_dont_gc_bit;
+    while (nvm < SDB_VM_WORDS && sdb_read_u64(vm + 8ull * nvm, &vmw[nvm]) == 0) nvm++;
+    was = rb_gc_disable();
+    for (i = 0; i < nvm; i++)
+        ok[i] = sdb_plausible_ptr(vmw[i]) && sdb_read(vmw[i] + L->objspace_flags, &on[i], 4) == 0;
+    rb_gc_enable();
+    for (i = 0; i < nvm; i++)
+        ok[i] = ok[i] && sdb_read(vmw[i] + L->objspace_flags, &off[i], 4) == 0;
+    if (was == Qtrue) rb_gc_disable();
+    for (i = 0; i < nvm; i++) {
+        if (ok[i] && (on[i] & dont) && (on[i] ^ off[i]) == dont) {
+            flags = vmw[i] + L->objspace_flags;
+            found++;
+        }
+    }
+    if (found != 1) return;
+
+    th = (uint64_t)(uintptr_t)RTYPEDDATA_DATA(rb_thread_current());
+    main_th = (uint64_t)(uintptr_t)RTYPEDDATA_DATA(rb_thread_main());
+    if (sdb_read_u64(th + L->thread_ec, &ec) || ec == 0) return;
+    found = 0;
+    for (i = 0; i + 1 < SDB_RACTOR_WORDS; i++) {
+        if (sdb_read(r + 8ull * i, w, sizeof(w))) break;
+        if (w[0] == ec && w[1] == main_th) {
+            rec = r + 8ull * i;
+            found++;
+        }
+    }
+    if (found != 1) return;
+    L->gc_flags_addr = flags;
+    L->running_ec_addr = rec;
+    if (getenv("SDB_DEBUG_LAYOUT"))
+        fprintf(stderr, "sdb: GC words: objspace->flags at vm word, running_ec at main ractor +%llu\n",
+                (unsigned long long)(rec - r));
+#endif
+}
+
+/* ---------- the ID table (for the sidecar's C-function names) ----------
+ * The sidecar names a C method by its ID, through ruby_global_symbols
+ * (symbol.c: {u32 last_id; st_table *str_sym; VALUE ids; ...}; ids is an
+ * Array of 512-entry chunks of [String, Symbol] pairs). The symbol is hidden
+ * (and stripped from Debian's libruby), so find it: scan libruby's writable
+ * data for a struct whose ids table yields, for two known IDs, exactly the
+ * String objects rb_id2str returns. A wrong candidate cannot pass that. */
+static int
+sdb_array_entry(const struct sdb_layout *L, uint64_t ary, uint64_t idx, uint64_t *out)
+{
+    uint64_t flags, len, ptr;
+    if (ary == 0 || (ary & 7) || sdb_read_u64(ary, &flags) != 0 || (flags & 0x1f) != 0x07) return -1;
+    if (flags & (1ULL << L->rarray_embed_bit)) {
+        len = (flags >> L->rarray_embed_len_shift) & L->rarray_embed_len_mask;
+        ptr = ary + L->rarray_embed_ary;
+    }
+    else {
+        if (sdb_read_u64(ary + L->rarray_heap_len, &len) != 0 || sdb_read_u64(ary + L->rarray_heap_ptr, &ptr) != 0)
+            return -1;
+    }
+    if (idx >= len) return -1;
+    return sdb_read_u64(ptr + idx * 8, out);
+}
+
+static int
+sdb_symbols_match(const struct sdb_layout *L, uint64_t ids, ID id)
+{
+    uint64_t serial = id > L->tlast_op_id ? (uint64_t)id >> 4 : (uint64_t)id;
+    uint64_t chunk, str;
+    VALUE want = rb_id2str(id);
+    if (!want) return 0;
+    if (sdb_array_entry(L, ids, serial / 512, &chunk) != 0) return 0;
+    if (sdb_array_entry(L, chunk, (serial % 512) * 2, &str) != 0) return 0;
+    return str == (uint64_t)want;
+}
+
+uint64_t
+sdb_find_global_symbols(const struct sdb_layout *L)
+{
+    char line[1024];
+    uint64_t found = 0;
+    ID probe1 = rb_intern("sleep"), probe2 = rb_intern("sdb_probe_for_the_symbol_table");
+    FILE *maps;
+    if (L->rarray_embed_len_mask == SDB_NA || L->tlast_op_id == SDB_NA) return 0;
+    if (!(maps = fopen("/proc/self/maps", "re"))) return 0;
+    while (!found && fgets(line, sizeof(line), maps)) {
+        unsigned long lo, hi;
+        char perms[8], path[512] = "";
+        if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %511s", &lo, &hi, perms, path) < 3) continue;
+        if (perms[0] != 'r' || perms[1] != 'w' || !strstr(path, "libruby")) continue;
+        for (uint64_t a = lo; a + 24 <= hi; a += 8) {
+            uint64_t ids = *(const uint64_t *)(uintptr_t)(a + 16); /* our own mapped rw data */
+            if (ids == 0 || (ids & 7) || ids == (uint64_t)Qnil) continue;
+            if (sdb_symbols_match(L, ids, probe1) && sdb_symbols_match(L, ids, probe2)) {
+                found = a;
+                break;
+            }
+        }
+    }
+    fclose(maps);
+    return found;
+}
+
+const struct sdb_layout_row *
+sdb_pick_row(const char *name)
+{
+    size_t i;
+    for (i = 0; i < SDB_LAYOUT_ROW_COUNT; i++)
+        if (strcmp(sdb_layout_rows[i].name, name) == 0) return &sdb_layout_rows[i];
+    return NULL;
+}
+
+/* SDB_TEST_CORRUPT_LAYOUT=<field> (tests only): shift one offset by 8. */
+void
+sdb_corrupt_for_tests(struct sdb_layout *L)
+{
+    const char *e = getenv("SDB_TEST_CORRUPT_LAYOUT");
+    if (!e || !*e) return;
+    if (!strcmp(e, "1") || !strcmp(e, "thread_ec")) L->thread_ec += 8;
+    else if (!strcmp(e, "body_pathobj")) L->body_pathobj += 8;
+    else if (!strcmp(e, "cfp_iseq")) L->cfp_iseq += 8;
+    else if (!strcmp(e, "body_first_lineno")) L->body_first_lineno += 8;
+    else if (!strcmp(e, "cfp_size")) L->cfp_size += 8;
+    else if (!strcmp(e, "body_local_table_size")) L->body_local_table_size += 8;
+}
