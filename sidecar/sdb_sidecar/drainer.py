@@ -47,6 +47,7 @@ class Drainer:
         self.names: dict = {}       # addr -> (the name last written for it, its at_ns, its source): a GC
                                     # move carries it; a new file takes it while eBPF says it holds
         self.live: dict = {}        # thread serial -> its last thread record's fields (a new file lists them)
+        self.in_file: set = set()   # ISeq addresses with a record in the trace file being written
         self.cut: Optional[dict] = None     # the sampler's counters at the last drain(reset=True)
         self.births: dict = {}      # addr -> [(at_ns, name or None, instructions)], eBPF births, oldest first
         self.to_read: list = []     # [(addr, lo_ns, instructions)]: ISeqs to name by reading the target
@@ -57,6 +58,7 @@ class Drainer:
     def write_iseq(self, addr: int, at_ns: int, source: str, info: dict, **extra) -> None:
         self.remote.forget(addr)    # a new ISeq here: cached facts about the address are stale
         self.names[addr] = (info, at_ns, source)
+        self.in_file.add(addr)
         self.writer.iseq(addr, at_ns=at_ns, source=source, **info, **extra)
 
     def name_holds(self, addr: int, at_ns: int) -> bool:
@@ -105,11 +107,12 @@ class Drainer:
         for addr, lo, encoded in reads:
             if self.named_at_birth(addr, lo, encoded):
                 continue
-            if self.name_holds(addr, lo):
-                # named earlier (an earlier trace file: rotation), eBPF attached ever since: the name
-                # holds, no read needed; written again with its own time and source
-                info, at_ns, source = self.names[addr]
-                self.writer.iseq(addr, at_ns=at_ns, source=source, **info)
+            if addr not in self.in_file and self.name_holds(addr, lo):
+                # named in the recording's previous file (rotation), eBPF attached ever since: the
+                # name holds, no read needed; written again so that this file stands alone
+                info, at_ns, _ = self.names[addr]
+                self.in_file.add(addr)
+                self.writer.iseq(addr, at_ns=at_ns, source="restated", **info)
                 continue
             self.remote.forget(addr)
             try:
@@ -215,6 +218,7 @@ class Drainer:
         one: the threads alive, eBPF's attach and a pause under way, the units of work still open.
         Names come as the samples show them again (the sampler started over)."""
         w = self.writer
+        self.in_file = set()
         for serial, (tid, name, start_ns, flags, at_ns) in self.live.items():
             w.thread(serial, tid, name, start_ns, flags, at_ns)
         if self.ebpf_announced:

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from conftest import REPO, SYMBOLIZE, samples_so_far, wait_for
-from sdb_trace import load_tables
+from sdb_trace import has_record, load_tables
+from test_ebpf_symbolizer import ebpf_missing
 
 pytestmark = pytest.mark.once       # the sidecar's own work: the same on every Ruby
 
@@ -85,3 +86,31 @@ def test_size_rotation_starts_a_new_file_once_one_holds_the_size(ruby_target, si
     for f in files[:-1]:
         t = load_tables(f)
         assert t.end is not None and t.end["reason"] == "rotated" and t.error is None
+
+
+@pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")
+def test_with_ebpf_a_later_file_restates_the_names_it_proves_still_hold(ruby_target, sidecar_process, tmp_path):
+    # GIVEN a recording with eBPF, rotated every 2 s, running until eBPF is in and two more files began
+    target = ruby_target("eight_threads.rb")
+    stem = tmp_path / "rot"
+    p = sidecar_process("attach", "--pid", str(target.pid), "-o", f"{stem}.msgpack", "-d", "600", "-q",
+                        "--rotate", "2s")
+
+    def attached_then_two_more():
+        files = files_of(stem)
+        first = next((k for k, f in enumerate(files) if has_record(f, "ebpf_attached")), None)
+        return first is not None and len(files) >= first + 3
+    wait_for(attached_then_two_more, 180, interval=0.5, what="eBPF attached and two more files")
+    p.send_signal(2)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    # THEN a file after eBPF came names what it samples from the earlier file's names ("restated",
+    # no read of the target), and every file still stands alone, every frame named
+    sources = set()
+    for f in files_of(stem):
+        r = subprocess.run([*SYMBOLIZE, f, "--idle", "--no-lines"], capture_output=True, text=True, timeout=300,
+                           cwd=str(REPO))
+        assert r.returncode == 0 and "(unknown" not in r.stdout, (f, r.stderr, r.stdout[:1000])
+        t = load_tables(f)
+        sources |= {s.source for syms in t.iseqs.values() for s in syms}
+    assert "restated" in sources, sources
