@@ -23,6 +23,17 @@ def pidfd(pid: int) -> int:
     return fd
 
 
+def forget(pid: int) -> None:
+    """Close pid's pidfd (its recording is over: a tree's recording that runs for days sees many
+    processes come and go)."""
+    fd = _PIDFDS.pop(pid, None)
+    if fd is not None and fd >= 0:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 def execd_another(pid: int, ino: int) -> bool:
     """The process exec'd another program: its memory map, read whole, holds mappings but none of its
     registry file (inode `ino`), and the process is not on its way out. A process that is exiting

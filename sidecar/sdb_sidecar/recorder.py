@@ -19,6 +19,7 @@ from sdb_trace.output import open_output as open_safely
 from . import __version__, _sampler
 from .errors import Exit, SdbError
 from .options import Options
+from .process import forget
 from .session import STALL_GRACE_S, EbpfHub, Session, new_sampler
 from .target import Target, check_readable, command_line, open_target, permission_error
 from .tree import DirectoryWatch, descendants, parent_of
@@ -138,6 +139,7 @@ class ProcessRecording:
         self.thread = threading.Thread(target=self._run, name=f"sdb-process-{target.pid}", daemon=True)
         self.title = target.command
         self.counts: Optional[dict] = None
+        self.final_stats: Optional[dict] = None     # the sampler's stats when the recording ended
         self.stopped = False            # the tree's recording ended while this one ran
         self.new_writer: Optional[TraceWriter] = None     # rotation: the next file's, until switched
         self.switched = threading.Event()
@@ -164,6 +166,7 @@ class ProcessRecording:
                 s.close()
             finally:
                 self.counts = s.counts()
+                self.final_stats = s.sampler.stats()
                 if self.stopped and self.counts["reason"] in ("stopped", "duration"):
                     self.counts["reason"] = "stopped"
                 try:
@@ -171,12 +174,27 @@ class ProcessRecording:
                         self.tree.writer.process_end(self.proc, **self.counts)
                 except TraceWriteError as e:
                     self.tree.failed(e)
+                self.tree.ended(self)
+
+    def stats(self) -> dict:
+        """The sampler's stats: now, or as the recording ended."""
+        return self.final_stats if self.final_stats is not None else self.session.sampler.stats()
+
+    def release(self) -> None:
+        """The recording is over and counted: let its sampler's tables and its registry mapping go
+        (a tree's recording that runs for days sees many processes come and go)."""
+        if self.proc == 0 or self.session.thread.is_alive():
+            return                      # the root's Session ends the recording; a stalled sampler still reads
+        self.session.drainer = None
+        self.session.sampler = None
+        self.target.registry = None
 
     def stop(self) -> None:
         """The recording of the tree is over: this process's ends too (its sampler stops; the thread
         drains what is left)."""
         self.stopped = True
-        self.session.sampler.stop()
+        if self.session.sampler is not None:
+            self.session.sampler.stop()
 
     def rotate(self, writer: TraceWriter) -> None:
         """Go on in the next file (rotation): the thread switches at once (its drain is woken)."""
@@ -216,8 +234,10 @@ class Tree:
         self.out = out                                   # the file being written
         self.file_start = time.monotonic()
         self.hub: Optional[EbpfHub] = EbpfHub(opts.ebpf_max_rate) if opts.ebpf else None
-        self.procs: Dict[int, ProcessRecording] = {}    # pid -> its recording (ended ones included)
-        self.by_proc: List[ProcessRecording] = []
+        self.procs: Dict[int, ProcessRecording] = {}    # pid -> its recording, while it runs
+        self.by_proc: List[ProcessRecording] = []       # every recording not yet counted in a closed file
+        self.next_proc = 0
+        self.gone: dict = {}                             # the summed counts of recordings let go (rotation)
         self.pending: Dict[int, float] = {}             # pid -> when first seen without a ready registry
         self.ignored: set = set()                        # pids that are not Ruby, or run no (enabled) gem
         self.left_out = 0                                # processes of the tree that run the gem, not recorded
@@ -234,7 +254,8 @@ class Tree:
 
     # ------------------------------------------------------------------ processes
     def _add(self, target: Target, sampler, parent: int, from_start: bool) -> ProcessRecording:
-        proc = len(self.by_proc)
+        proc = self.next_proc
+        self.next_proc += 1
         opts = replace(self.opts, from_start=from_start)
         pr = ProcessRecording(self, proc, target, sampler, opts)
         self.by_proc.append(pr)
@@ -245,6 +266,16 @@ class Tree:
                                 ruby=target.info["ruby"], ruby_description=target.info["ruby_description"],
                                 layout=target.info["layout"])
         return pr
+
+    def ended(self, pr: ProcessRecording) -> None:
+        """A process's recording is over (its thread's last act): its pid may be recorded again (a new
+        process that got it), its pidfd closed."""
+        with self._lock:
+            if self.procs.get(pr.target.pid) is pr:
+                del self.procs[pr.target.pid]
+        if pr.proc != 0:
+            forget(pr.target.pid)
+            pr.release()
 
     def writer_lock(self):
         return self.writer.lock
@@ -299,7 +330,9 @@ class Tree:
         self._last_scan = time.monotonic()
         if not self.by_proc[0].thread.is_alive() and self.by_proc[0].thread.ident is not None:
             return
-        for pid in descendants(self.root.pid):
+        live = descendants(self.root.pid)
+        self.ignored.intersection_update(live)      # a pid that is gone may come back as another process
+        for pid in live:
             if pid in self.procs or pid in self.ignored:
                 continue
             self._try(pid)
@@ -412,6 +445,14 @@ class Tree:
         for pr in self.by_proc:
             if pr.proc in at_cut and at_cut[pr.proc] is not None:
                 pr.base = at_cut[pr.proc]
+        # the recordings that ended and are counted in the closed file are let go (the totals keep them)
+        done = [pr for pr in self.by_proc[1:] if pr.counts is not None and pr.base is pr.counts]
+        for pr in done:
+            self.by_proc.remove(pr)
+            for k in SUMMED:
+                self.gone[k] = self.gone.get(k, 0) + pr.counts.get(k, 0)
+            for k in ("iseqs", "methods"):
+                self.gone["unnamed_" + k] = self.gone.get("unnamed_" + k, 0) + pr.counts["unnamed"][k]
         old_out.close()
         self.file_start = time.monotonic()
         self.files.prune()
@@ -468,7 +509,8 @@ class Tree:
 
     def abort(self) -> None:
         for pr in self.by_proc:
-            pr.session.abort()
+            if pr.session.sampler is not None:
+                pr.session.abort()
         if self.hub is not None:
             self.hub.close()
 
@@ -485,9 +527,10 @@ class Tree:
         c = dict(of(root))
         others = [of(pr) for pr in self.by_proc[1:] if final is False or pr.counts is not None]
         for k in SUMMED:
-            c[k] = c.get(k, 0) + sum(o.get(k, 0) for o in others)
-        c["unnamed"] = {k: c["unnamed"][k] + sum(o["unnamed"][k] for o in others) for k in ("iseqs", "methods")}
-        c["processes"] = len(self.by_proc)
+            c[k] = c.get(k, 0) + sum(o.get(k, 0) for o in others) + self.gone.get(k, 0)
+        c["unnamed"] = {k: c["unnamed"][k] + sum(o["unnamed"][k] for o in others) + self.gone.get("unnamed_" + k, 0)
+                        for k in ("iseqs", "methods")}
+        c["processes"] = self.next_proc
         c["processes_left_out"] = self.left_out
         c["processes_too_short"] = self.too_short
         if final and getattr(self, "ebpf_summary", None) is not None:
@@ -498,7 +541,7 @@ class Tree:
 
     def live_stats(self) -> List[dict]:
         """Each recorded process's sampler stats now (status line)."""
-        return [pr.session.sampler.stats() for pr in self.by_proc if pr.thread.ident is not None]
+        return [pr.stats() for pr in self.by_proc if pr.thread.ident is not None]
 
 
 class Files:
@@ -566,7 +609,7 @@ class StatusLine:
     def _sources(self):
         if self.tree is not None:
             prs = [pr for pr in self.tree.by_proc if pr.thread.ident is not None or pr.proc == 0]
-            return [pr.session.sampler.stats() for pr in prs], [pr.session.drainer for pr in prs]
+            return [pr.stats() for pr in prs], [pr.session.drainer for pr in prs if pr.session.drainer is not None]
         return [], [self.drainer] if self.drainer is not None else []
 
     def text(self, st: Optional[dict] = None) -> str:

@@ -5,6 +5,7 @@ moments, its own names (a method born in one child is never another child's, tho
 addresses), and one eBPF program naming what each child creates. tests/programs/forking_tree.rb."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from typing import Dict
@@ -224,3 +225,30 @@ def test_record_follows_the_programs_children_and_ends_with_it(tmp_path):
     assert kid.process["parent"] == 0 and kid.command == ["tree child a"]
     asked = (kid.process_end["at_ns"] - c["t0"]) / 1e9 * RATE
     assert kid.process_samples >= SHARE * asked, (kid.process_samples, asked)
+
+
+def test_a_long_recording_lets_the_processes_that_ended_go(ruby_target, sidecar_process, tmp_path):
+    # GIVEN a parent recorded with attach, and its file descriptors once it records the parent alone
+    tree = Tree(ruby_target("forking_tree.rb"))
+    out = tmp_path / "many.msgpack"
+    sidecar = sidecar_process("attach", "--pid", str(tree.t.pid), "-o", str(out), "-d", "600", "-q")
+    wait_recorded(out, tree.t.pid, 1, ebpf=not ebpf_missing())
+
+    def fds() -> int:
+        return len(os.listdir(f"/proc/{sidecar.pid}/fd"))
+    before = fds()
+    # WHEN 30 children come one after the other, each recorded, then killed
+    for k in range(30):
+        c = tree.fork(f"c{k}")
+        tree.go(f"c{k}")
+        wait_recorded(out, c["pid"], 50)
+        tree.kill(f"c{k}")
+    wait_for(lambda: fds() <= before + 4, 60, interval=0.5, what="the sidecar's descriptors back to before")
+    after = fds()
+    sidecar.send_signal(2)
+    _, err = sidecar.communicate(timeout=120)
+    assert sidecar.returncode == 0, err
+    # THEN each was a process of the trace, and the sidecar holds no descriptor for any of them
+    t = load_tables(str(out))
+    assert t.end["processes"] == 31 and len(t.procs) == 31, t.end
+    assert after <= before + 4, (before, after)
