@@ -403,3 +403,12 @@ def golden_ext(tmp_path_factory):
         r = subprocess.run(cmd, cwd=build, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, f"building the golden extension: {cmd}: {r.stdout}\n{r.stderr}"
     return str(build)
+
+
+def process_root(pid: int, command) -> str:
+    """The root frame sdb-symbolize gives a process of a trace with several: its pid and its title
+    (the command line as `ps` shows it) cut to 80 characters ending in '...' (README)."""
+    title = " ".join(command)
+    if len(title) > 80:
+        title = title[:77] + "..."
+    return f"process {pid} ({title})" if title else f"process {pid}"

@@ -12,8 +12,8 @@ from typing import Dict
 
 import pytest
 
-from conftest import (PROGRAMS, REPO, SIDECAR, SYMBOLIZE, RubyTarget, ruby_cmd, ruby_env, samples_so_far,
-                      wait_for)
+from conftest import (PROGRAMS, REPO, SIDECAR, SYMBOLIZE, RubyTarget, process_root, ruby_cmd, ruby_env,
+                      samples_so_far, wait_for)
 from sdb_trace import KIND_RUBY, TraceError, TraceReader, load_tables
 from test_ebpf_symbolizer import ebpf_missing
 
@@ -149,7 +149,7 @@ def test_attach_follows_children_forked_after_it_each_a_process_with_its_own_sam
     r = subprocess.run([*SYMBOLIZE, str(out), "--no-lines"], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert r.returncode == 0, r.stderr
     roots = {line.split(";", 1)[0] for line in r.stdout.splitlines()}
-    assert roots == {f"process {parent} ({' '.join(procs[parent].command)})",
+    assert roots == {process_root(parent, procs[parent].command),
                      *(f"process {pid} (tree child {name})" for name, pid in kids.items())}, roots
 
 

@@ -17,7 +17,7 @@ from typing import Dict, List
 import pytest
 
 from app_servers import debian_gems_env, free_port, stop
-from conftest import REPO, SDB_RUBY, SIDECAR, run_symbolize, samples_so_far, wait_for
+from conftest import REPO, SDB_RUBY, SIDECAR, process_root, run_symbolize, samples_so_far, wait_for
 from sdb_trace import iter_samples, load_tables
 from test_process_tree import processes_so_far
 
@@ -137,7 +137,7 @@ def test_attach_to_the_master_records_every_worker_and_the_one_forked_after_a_ki
     assert all(n > 0 for n in requests.values()), requests
     # AND the summary has a table per process: the workers' show the app's controllers, the master's none
     sections = summary_sections(trace)
-    titles = {pid: f"process {pid} ({' '.join(procs[pid].command)})" for pid in procs}
+    titles = {pid: process_root(pid, procs[pid].command) for pid in procs}
     assert set(sections) == set(titles.values()), sorted(sections)
     for pid in (*first, new):
         assert "Controller#" in sections[titles[pid]], titles[pid]
