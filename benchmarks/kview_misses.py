@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """How many switch-ins of a thread a program on the sched_switch raw tracepoint does not see.
 
-Why (ARCHITECTURE.md, the kernel view): on Ruby 3.1 the sampler reuses a thread's last stack while
-the kernel view (bpf/thread_switches.c) says the thread was not switched in since. This measures,
-against the kernel's own count (schedstat's third field, the number of times the task ran), how many
-switch-ins a sched_switch program of the same shape counts, for a spinning thread pinned to one
-CPU with hogs beside it (so that it is switched in and out all the time), once with nothing else
-going on and once while other sidecars attach and leave (each run of `sdb-sidecar attach` attaches
-its own programs to sched_switch and takes them away).
+Why (docs/internals.md, "The kernel view (Ruby 3.1)"): on Ruby 3.1 the sampler reuses a thread's
+last stack while the kernel view (bpf/thread_switches.c) says the thread was not switched in since.
+This measures, against the kernel's own count (schedstat's third field, the number of times the task
+ran), how many switch-ins a sched_switch program of the same shape counts, for a spinning thread
+pinned to one CPU with hogs beside it (so that it is switched in and out all the time), once with
+nothing else going on and once while other sidecars attach and leave (each run of `sdb-sidecar
+attach` attaches its own programs to sched_switch and takes them away).
 
     .venv/bin/python benchmarks/kview_misses.py [--seconds 40]      # as root; ~2 min
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """How many samples show a stack that never existed, in the worst case for it.
 
-A stack is copied while its thread runs. A thread that returns and calls again within the copy
-leaves frames in memory that look live (ARCHITECTURE.md, "Reading a stack"); the sampler leaves out
-what its checks catch. tests/programs/call_return.rb with `flat` calls in and out as fast as it can in a
-shape whose every real stack is known; this records it at 10 kHz until 20,000 samples are in, for
-ROUNDS rounds per Ruby (and with --yjit where it has YJIT), and counts the samples whose stack it
-could not have had. The test for the shapes the checks close is tests/integration/test_call_return.py.
+A stack is copied while its thread runs. A thread that returns and calls again within the copy leaves
+frames in memory that look live (docs/internals.md, "Reading the stacks of a tick"); the sampler leaves
+out what its checks catch. tests/programs/call_return.rb with `flat` calls in and out as fast as it can in
+a shape whose every real stack is known; this records it at 10 kHz until 20,000 samples are in, for ROUNDS
+rounds per Ruby (and with --yjit where it has YJIT), and counts the samples whose stack it could not have
+had. The test for the shapes the checks close is tests/integration/test_call_return.py.
 
     .venv/bin/python benchmarks/stale_frames.py --ruby RUBY[:GEM_HOME] [--ruby ...] [--rounds 5]
 

@@ -8,7 +8,7 @@ since the last drain to Python (new frames, new stacks, samples, thread
 events, new ISeqs and method entries) under a short mutex. `read_memory()`
 is the one remote read for Python code (symbols, snapshot).
 
-The validation rules (docs in ARCHITECTURE.md, "Reading a stack"):
+The validation rules (docs in docs/internals.md, "Reading the stacks of a tick"):
 - the slot's seqlock generation is the same before and after the read, so a
   thread that ended, or a slot reused by another thread, is never read as live;
 - the thread's ec and frame pointer are re-read after the frames are copied;

@@ -4,7 +4,7 @@ On Ruby 3.3+ the gem keeps a word in the registry header set from Ruby's GC_ENTE
 3.1 the sidecar reads the VM's own objspace->flags.during_gc and the main ractor's running ec with
 the stacks (no hook: it would slow every allocation there). The sampler puts a `(garbage
 collection)` frame (kind 4) on top of the stack of the thread holding the GVL while the VM is in GC
-(ARCHITECTURE.md, "GC")."""
+(docs/internals.md, "GC: the `(garbage collection)` frame")."""
 from __future__ import annotations
 
 

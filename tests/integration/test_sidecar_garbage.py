@@ -7,7 +7,7 @@ chains) mixed with garbage (-1, addresses near 2**64, unaligned words, unmapped 
 plus slots that come and go and a GC flag that flips. The sidecar, at 10 kHz, must exit 0 with a
 readable trace, counting what it dropped; the counters and frames prove the fuzz reached the deep
 paths (the control frames, the ep spans, the method-entry walk, the ISeq checks).
-Before the bounds on remote values (ARCHITECTURE.md, "Untrusted memory") this crashed the sidecar
+Before the bounds on remote values (docs/internals.md, "Untrusted memory") this crashed the sidecar
 with SIGSEGV within seconds: the method-entry walk followed an ep[-1] of Fixnum -1."""
 from __future__ import annotations
 
