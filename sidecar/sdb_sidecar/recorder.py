@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import IO, Dict, List, Optional
 
 from sdb_trace import TraceWriteError, TraceWriter
-from sdb_trace.output import open_output as open_safely
+from sdb_trace.output import open_output as open_safely, printable
 
 from . import __version__, _sampler
 from .errors import Exit, SdbError
@@ -346,6 +346,9 @@ class Tree:
         first = self.pending.setdefault(pid, now)
         try:
             target = open_target(pid, wait_s=0)
+        except OSError as e:                        # what open_target does not foresee: never the tree's end
+            self._lost(pid, SdbError(f"cannot open its registry: {e}", Exit.FAILED))
+            return
         except SdbError as e:
             if e.code in (Exit.NOT_RUBY, Exit.NO_SUCH_PROCESS):
                 if self.pending.pop(pid, None) != now and e.code == Exit.NO_SUCH_PROCESS:
@@ -363,19 +366,31 @@ class Tree:
             self.ignored.add(pid)
             self.left_out += 1
             return
-        sampler = new_sampler(target, self.opts)
         try:
+            sampler = new_sampler(target, self.opts)
             check_readable(pid, target.registry, sampler)
         except SdbError as e:
-            self.ignored.add(pid)
-            self.left_out += 1
-            if not self.opts.quiet:
-                sys.stderr.write(f"\nsdb: notice: process {pid} is not recorded: {e}\n")
+            self._lost(pid, e)
+            return
+        except OSError as e:
+            self._lost(pid, SdbError(f"cannot read it: {e}", Exit.FAILED))
             return
         parent = self._recorded_parent(pid)
         born_since = target.info["created_mono_ns"] >= self.start_ns
         pr = self._add(target, sampler, parent, from_start=born_since or self.opts.from_start)
         pr.thread.start()
+
+    def _lost(self, pid: int, e: SdbError) -> None:
+        """A descendant that could not be opened: gone meanwhile (counted too short), or left out with
+        a notice saying why."""
+        self.pending.pop(pid, None)
+        self.ignored.add(pid)
+        if e.code == Exit.NO_SUCH_PROCESS or not os.path.exists(f"/proc/{pid}"):
+            self.too_short += 1
+            return
+        self.left_out += 1
+        if not self.opts.quiet:
+            sys.stderr.write(f"\nsdb: notice: process {pid} is not recorded: {printable(str(e))}\n")
 
     def _recorded_parent(self, pid: int) -> int:
         """The proc of the nearest recorded ancestor of pid (-1: none)."""

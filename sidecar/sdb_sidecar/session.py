@@ -343,7 +343,8 @@ class Session:
 
     def abort(self) -> None:
         self.sampler.stop()
-        self.thread.join(STALL_GRACE_S)
+        if self.thread.ident is not None:       # started (an abort can come before it is)
+            self.thread.join(STALL_GRACE_S)
 
     def drain_last(self) -> None:
         """After the loop: what the sampler gathered since the last step (not from a stalled one).

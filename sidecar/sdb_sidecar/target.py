@@ -176,6 +176,8 @@ def open_target(pid: int, wait_s: float = 2.0) -> Target:
                        f"refusing it", Exit.FOREIGN_REGISTRY)
     try:
         reg = _sampler.Registry(path)
+    except FileNotFoundError:
+        _no_registry(pid, path, stale=False)        # removed since the lstat: the process is ending
     except PermissionError:
         raise SdbError(f"cannot read {path}: permission denied; {PERMISSION_HINT}", Exit.PERMISSION) from None
     except _sampler.RegistryError as e:

@@ -252,3 +252,49 @@ def test_a_long_recording_lets_the_processes_that_ended_go(ruby_target, sidecar_
     t = load_tables(str(out))
     assert t.end["processes"] == 31 and len(t.procs) == 31, t.end
     assert after <= before + 4, (before, after)
+
+
+def test_a_child_whose_registry_goes_as_it_is_opened_is_a_process_without_the_gem(ruby_target, monkeypatch):
+    # GIVEN a child running the gem, and its registry removed between the look-up and the open (the
+    # child ending: the soak's children in a busy CI run; the sidecar died of FileNotFoundError)
+    from sdb_sidecar import target as target_module
+    from sdb_sidecar.errors import Exit, SdbError
+    tree = Tree(ruby_target("forking_tree.rb"))
+    child = tree.fork("a")["pid"]
+
+    class Gone:
+        def __init__(self, path):
+            raise FileNotFoundError(2, "cannot open registry", path)
+    monkeypatch.setattr(target_module._sampler, "Registry", Gone)
+    # WHEN it is opened
+    with pytest.raises(SdbError) as e:
+        target_module.open_target(child, wait_s=0)
+    # THEN it is a Ruby process without (an enabled) gem, which a tree's recording looks at again
+    # and passes over, never an error that ends the recording
+    assert e.value.code == Exit.NO_GEM, e.value
+
+
+def test_a_child_that_cannot_be_opened_is_left_out_and_the_recording_goes_on(ruby_target, monkeypatch, tmp_path):
+    # GIVEN a parent with a child running the gem, and any unforeseen error opening the child
+    from sdb_sidecar import recorder
+    from sdb_sidecar.options import Options
+    from sdb_sidecar.target import open_target
+    tree = Tree(ruby_target("forking_tree.rb"))
+    parent = tree.t.pid
+    child = tree.fork("a")["pid"]
+    root = open_target(parent, wait_s=5)
+
+    def failing(pid, wait_s=0):
+        if pid == child:
+            raise OSError(5, "Input/output error")
+        return open_target(pid, wait_s)
+    monkeypatch.setattr(recorder, "open_target", failing)
+    # WHEN the tree is recorded for 3 s
+    out = tmp_path / "t.msgpack"
+    counts = recorder.record(root, str(out), Options(duration_s=3, quiet=True, ebpf=False),
+                             status_stream=open(os.devnull, "w"))
+    # THEN the recording ends as asked, with the parent's samples, the child counted as left out
+    t = load_tables(str(out))
+    assert t.error is None and t.end is not None and t.end["reason"] == "duration", (t.error, t.end)
+    assert t.end["processes"] == 1 and t.end["processes_left_out"] == 1, t.end
+    assert t.sample_count > 0 and counts["samples"] == t.sample_count, (counts, t.sample_count)
