@@ -12,8 +12,9 @@
  *   RSTR_EMBED_ARY, RSTR_EMBED_LEN_SHIFT, RSTR_EMBED_LEN_MASK
  *   RARY_EMBED_BIT, RARY_EMBED_LEN_SHIFT, RARY_EMBED_LEN_MASK, RARY_EMBED_ARY, RARY_HEAP_LEN, RARY_HEAP_PTR
  *
- * One uretprobe program serves every function that returns a new, complete ISeq (compilers and
- * the binary loader): it reads the ISeq's type, first line, label, base label, path and realpath
+ * One program serves every function that returns a new, complete ISeq (compilers and the binary
+ * loader: uretprobes) and rb_iseq_translate_threaded_code (its first argument: an entry uprobe,
+ * where the build keeps hidden symbols; sidecar/sdb_sidecar/probes.py): it reads the ISeq's type, first line, label, base label, path and realpath
  * in the probe, while the VM is stopped in that function, and sends one variable-size record.
  * Strings are copied up to STR_MAX bytes each into a per-CPU scratch buffer; a longer one is
  * marked truncated and the sidecar reads that ISeq remotely instead.

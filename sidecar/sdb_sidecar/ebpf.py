@@ -2,8 +2,10 @@
 
 `bpf/iseq_events.c` is compiled once per recording with bcc, with the layout row the gem published
 as constants, and attached for each recorded process (a process tree shares the one program: its
-processes run the same Ruby) as uretprobes on the functions that return a new ISeq, plus a uprobe
-on GC compaction's object mover where the build lets us find it (`probes.py` says which). A thread
+processes run the same Ruby): a uprobe on `rb_iseq_translate_threaded_code` (every compiled ISeq)
+where the build keeps hidden symbols, else uretprobes on the functions that return a new ISeq, the
+binary loader's always, plus a uprobe on GC compaction's object mover where the build lets us find
+it (`probes.py` says which). A thread
 of this module reads the events and queues them, per process, for that process's Drainer
 (`EbpfView`), which writes `iseq` records with `source: "ebpf"` and the event's own time, and names
 every ISeq a sample shows first from its birth record when eBPF saw that birth and nothing was born
