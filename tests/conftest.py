@@ -68,8 +68,11 @@ class RubyTarget:
         self._reader.start()
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
+        try:
+            for line in self.proc.stdout:
+                self.lines.put(line.rstrip("\n"))
+        except ValueError:              # stdout closed by cleanup() while this thread still read it
+            pass
         self.lines.put(None)
 
     @property
