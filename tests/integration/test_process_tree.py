@@ -14,7 +14,9 @@ import pytest
 
 from conftest import (PROGRAMS, REPO, SIDECAR, SYMBOLIZE, RubyTarget, process_root, ruby_cmd, ruby_env,
                       samples_so_far, wait_for)
-from sdb_trace import KIND_RUBY, TraceError, TraceReader, load_tables
+from sdb_trace import KIND_RUBY, SPAN_BEGIN, SPAN_END, TraceError, TraceReader, load_tables
+
+SPAN_REQUEST = 1         # a span's kind: a request (docs/trace-format.md)
 from test_ebpf_symbolizer import ebpf_missing
 
 RATE = 1000
@@ -23,10 +25,11 @@ SHARE = 0.9                 # of the samples its life asked for, at least
 
 
 def processes_so_far(path) -> Dict[int, dict]:
-    """pid -> {"samples", "ebpf" (an ebpf_attached record in its section), "title"} of a trace that
-    may still be written."""
+    """pid -> {"samples", "ebpf" (an ebpf_attached record in its section), "title", "requests" (requests
+    that ended, by their spans)} of a trace that may still be written."""
     out: Dict[int, dict] = {}
     by_proc: Dict[int, dict] = {}
+    begun = set()
     cur = 0
     try:
         with TraceReader(str(path)) as r:
@@ -36,13 +39,20 @@ def processes_so_far(path) -> Dict[int, dict]:
                     if t == "in":
                         cur = rec["proc"]
                     elif t == "process":
-                        p = by_proc.setdefault(rec["proc"], {"samples": 0, "ebpf": False})
+                        p = by_proc.setdefault(rec["proc"], {"samples": 0, "ebpf": False, "requests": 0})
                         p["title"] = " ".join(rec["command"])
                         out[rec["pid"]] = p
                     elif t == "samples":
-                        by_proc.setdefault(cur, {"samples": 0, "ebpf": False})["samples"] += len(rec["stack"])
+                        by_proc.setdefault(cur, {"samples": 0, "ebpf": False, "requests": 0})["samples"] += len(rec["stack"])
+                    elif t == "spans":     # a request: begun with its kind, ended (an end's kind is 0)
+                        p = by_proc.setdefault(cur, {"samples": 0, "ebpf": False, "requests": 0})
+                        for w, sp, k in zip(rec["what"], rec["span"], rec["kind"]):
+                            if w == SPAN_BEGIN and k == SPAN_REQUEST:
+                                begun.add((cur, sp))
+                            elif w == SPAN_END and (cur, sp) in begun:
+                                p["requests"] += 1
                     elif t == "ebpf_attached":
-                        by_proc.setdefault(cur, {"samples": 0, "ebpf": False})["ebpf"] = True
+                        by_proc.setdefault(cur, {"samples": 0, "ebpf": False, "requests": 0})["ebpf"] = True
             except TraceError:
                 pass
     except (TraceError, OSError):

@@ -49,8 +49,20 @@ def workers_of(master: int) -> List[int]:
 
 
 def wrk(port: int, seconds: int) -> subprocess.Popen:
-    return subprocess.Popen(["wrk", "-t1", "-c8", f"-d{seconds}s", "-s", str(APP / "wrk" / "mix.lua"),
-                             f"http://127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """The app's request mix. `Connection: close` (on its GETs) makes wrk connect again and again, so
+    that every worker accepts some: a kept-alive connection stays with the worker that took it, and
+    on a busy machine one worker can take all eight."""
+    return subprocess.Popen(["wrk", "-t1", "-c8", f"-d{seconds}s", "-H", "Connection: close", "-s",
+                             str(APP / "wrk" / "mix.lua"), f"http://127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_worker_recorded(trace, pid: int, what: str) -> None:
+    """The worker has WORKER_SAMPLES samples in the trace so far and served a request."""
+    def done():
+        p = processes_so_far(trace).get(pid, {})
+        return p.get("samples", 0) >= WORKER_SAMPLES and p.get("requests", 0) > 0
+    wait_for(done, 180, interval=0.5, what=f"{what} {pid} recorded, a request served")
 
 
 def check_request_threads(t, path) -> Dict[int, int]:
@@ -103,15 +115,13 @@ def test_attach_to_the_master_records_every_worker_and_the_one_forked_after_a_ki
         sidecar = subprocess.Popen([*SIDECAR, "attach", "--pid", str(server.pid), "-o", str(trace), "-r", str(RATE),
                                     "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
         for pid in first:
-            wait_for(lambda: processes_so_far(trace).get(pid, {}).get("samples", 0) >= WORKER_SAMPLES, 180,
-                     interval=0.5, what=f"worker {pid} recorded")
+            wait_worker_recorded(trace, pid, "worker")
         # AND a worker is killed: puma forks another in its place
         os.kill(first[1], signal.SIGKILL)
         wait_for(lambda: [p for p in workers_of(server.pid) if p not in first], 120, interval=0.2,
                  what="puma's new worker")
         new = [p for p in workers_of(server.pid) if p not in first][0]
-        wait_for(lambda: processes_so_far(trace).get(new, {}).get("samples", 0) >= WORKER_SAMPLES, 180,
-                 interval=0.5, what=f"the new worker {new} recorded")
+        wait_worker_recorded(trace, new, "the new worker")
         sidecar.send_signal(signal.SIGINT)
         _, err = sidecar.communicate(timeout=120)
         assert sidecar.returncode == 0, err
@@ -158,8 +168,7 @@ def test_record_sees_the_workers_born_and_records_them_from_their_first_moments(
                  what="the app up and its 3 processes recorded")
         load = wrk(port, 600)
         for pid in list(processes_so_far(trace))[1:]:
-            wait_for(lambda: processes_so_far(trace).get(pid, {}).get("samples", 0) >= WORKER_SAMPLES, 180,
-                     interval=0.5, what=f"worker {pid} recorded")
+            wait_worker_recorded(trace, pid, "worker")
         load.kill()
         load.wait()
         load = None
