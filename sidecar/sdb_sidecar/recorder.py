@@ -21,7 +21,7 @@ from .errors import Exit, SdbError
 from .options import Options
 from .process import forget
 from .session import STALL_GRACE_S, EbpfHub, Session, new_sampler
-from .target import Target, check_readable, command_line, open_target, permission_error
+from .target import Target, check_readable, command_line, open_target, permission_error, process_exists
 from .tree import DirectoryWatch, descendants, parent_of
 
 STATUS_INTERVAL_S = 0.5
@@ -217,6 +217,15 @@ class ProcessRecording:
         self.switched.set()
 
 
+def summed(counts: dict, others: List[dict]) -> dict:
+    """counts with the SUMMED counts and the unnamed frames of others added (a new dict)."""
+    c = dict(counts)
+    for k in SUMMED:
+        c[k] = c.get(k, 0) + sum(o.get(k, 0) for o in others)
+    c["unnamed"] = {k: c["unnamed"][k] + sum(o["unnamed"][k] for o in others) for k in ("iseqs", "methods")}
+    return c
+
+
 class Tree:
     """The recording of a process and, with opts.children, of its descendants that run the gem. The
     calling thread looks for new processes (a registry appearing in the root's registry directory
@@ -237,7 +246,7 @@ class Tree:
         self.procs: Dict[int, ProcessRecording] = {}    # pid -> its recording, while it runs
         self.by_proc: List[ProcessRecording] = []       # every recording not yet counted in a closed file
         self.next_proc = 0
-        self.gone: dict = {}                             # the summed counts of recordings let go (rotation)
+        self.gone: dict = {"unnamed": {"iseqs": 0, "methods": 0}}   # the summed counts of recordings let go
         self.pending: Dict[int, float] = {}             # pid -> when first seen without a ready registry
         self.ignored: set = set()                        # pids that are not Ruby, or run no (enabled) gem
         self.left_out = 0                                # processes of the tree that run the gem, not recorded
@@ -336,7 +345,7 @@ class Tree:
             if pid in self.procs or pid in self.ignored:
                 continue
             self._try(pid)
-        gone = [pid for pid in self.pending if not os.path.exists(f"/proc/{pid}")]
+        gone = [pid for pid in self.pending if not process_exists(pid)]
         for pid in gone:
             del self.pending[pid]
             self.too_short += 1
@@ -385,7 +394,7 @@ class Tree:
         a notice saying why."""
         self.pending.pop(pid, None)
         self.ignored.add(pid)
-        if e.code == Exit.NO_SUCH_PROCESS or not os.path.exists(f"/proc/{pid}"):
+        if e.code == Exit.NO_SUCH_PROCESS or not process_exists(pid):
             self.too_short += 1
             return
         self.left_out += 1
@@ -464,10 +473,7 @@ class Tree:
         done = [pr for pr in self.by_proc[1:] if pr.counts is not None and pr.base is pr.counts]
         for pr in done:
             self.by_proc.remove(pr)
-            for k in SUMMED:
-                self.gone[k] = self.gone.get(k, 0) + pr.counts.get(k, 0)
-            for k in ("iseqs", "methods"):
-                self.gone["unnamed_" + k] = self.gone.get("unnamed_" + k, 0) + pr.counts["unnamed"][k]
+        self.gone = summed(self.gone, [pr.counts for pr in done])
         old_out.close()
         self.file_start = time.monotonic()
         self.files.prune()
@@ -539,12 +545,8 @@ class Tree:
         def of(pr):
             return pr.counts if final or pr.counts is not None else pr.session.counts()
         root = self.by_proc[0]
-        c = dict(of(root))
         others = [of(pr) for pr in self.by_proc[1:] if final is False or pr.counts is not None]
-        for k in SUMMED:
-            c[k] = c.get(k, 0) + sum(o.get(k, 0) for o in others) + self.gone.get(k, 0)
-        c["unnamed"] = {k: c["unnamed"][k] + sum(o["unnamed"][k] for o in others) + self.gone.get("unnamed_" + k, 0)
-                        for k in ("iseqs", "methods")}
+        c = summed(of(root), [*others, self.gone])
         c["processes"] = self.next_proc
         c["processes_left_out"] = self.left_out
         c["processes_too_short"] = self.too_short
