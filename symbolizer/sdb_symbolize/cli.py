@@ -37,47 +37,50 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", "-f", default="collapsed", choices=sorted(REPORTERS),
                    help="output format (default collapsed)")
     p.add_argument("-o", "--output", default="-", help="output file (default: standard output)")
-    p.add_argument("--idle", action=argparse.BooleanOptionalAction, default=False,
-                   help="keep samples of blocked threads (sleep, IO, locks, queues); default: drop them, "
-                        "as py-spy does")
-    p.add_argument("--states", action="store_true",
-                   help="put each sample's thread state (running, waiting for GVL, blocked) as its root frame")
-    p.add_argument("--thread", action="append", metavar="NAME|ID",
-                   help="only this thread: its name, Linux thread id or serial (repeatable)")
-    p.add_argument("--pid", action="append", type=int, metavar="PID",
-                   help="a trace of a process tree: only this process (repeatable); see the `summary` format "
-                        "for the processes")
-    p.add_argument("--merge-processes", action="store_true",
-                   help="a trace of a process tree: the processes' threads side by side, with no process above "
-                        "them (default: each process a root of its own)")
-    p.add_argument("--from", dest="from_s", type=float, metavar="SECONDS",
-                   help="only samples taken at least this long after the recording started")
-    p.add_argument("--to", dest="to_s", type=float, metavar="SECONDS",
-                   help="only samples taken at most this long after the recording started")
-    p.add_argument("--endpoint", action="append", metavar="NAME",
-                   help="only samples of requests and jobs of this endpoint (`ProductsController#index`, a job "
-                        "class, an Sdb.label endpoint; repeatable): see the `endpoints` format for the names")
-    p.add_argument("--by", choices=["endpoint", "request"],
-                   help="group by endpoint or by request/job: each sample's endpoint (`[ProductsController#index]`) "
-                        "or request (`[ProductsController#index <request id>]`) as its root frame, `(no request or "
-                        "job)` for samples outside any; speedscope: a profile for each instead")
-    p.add_argument("--slower-than", dest="slower_than_ms", type=duration_ms, metavar="TIME",
-                   help="only samples of requests and jobs that took at least this long: `200ms`, `1.5s`, or "
-                        "milliseconds (slow-request profiles)")
-    p.add_argument("--compare-slow", action="store_true",
-                   help="with --endpoint and --slower-than: the endpoint's slow requests and its fast ones side by "
-                        "side (each function's share of either's samples), instead of a --format")
-    p.add_argument("--no-lines", dest="lines", action="store_false",
-                   help="aggregate by function: frames without their line")
-    p.add_argument("--labels", choices=LABEL_CONVENTIONS, default=LABELS_SDB,
-                   help="frame labels: sdb's (`block in Foo#bar`, as Ruby 3.4's backtraces; the default) or "
-                        "exactly rb_profile_frame_full_label's (`Foo#bar` for a method's blocks, as stackprof "
-                        "and OpenTelemetry show them)")
-    p.add_argument("--json-frames", action="store_true",
-                   help="json: every sample line carries its frames (larger: a stack is repeated for each of "
-                        "its samples), instead of naming a stack defined once on a line of its own")
-    p.add_argument("--no-progress", dest="progress", action="store_false",
-                   help="no progress line on stderr (it shows only on a terminal, for long runs)")
+    select = p.add_argument_group("which samples")
+    select.add_argument("--idle", action=argparse.BooleanOptionalAction, default=False,
+                        help="keep samples of blocked threads (sleep, IO, locks, queues); default: drop them, "
+                             "as py-spy does")
+    select.add_argument("--thread", action="append", metavar="NAME|ID",
+                        help="only this thread: its name, Linux thread id or serial (repeatable)")
+    select.add_argument("--pid", action="append", type=int, metavar="PID",
+                        help="a trace of a process tree: only this process (repeatable); see the `summary` format "
+                             "for the processes")
+    select.add_argument("--from", dest="from_s", type=float, metavar="SECONDS",
+                        help="only samples taken at least this long after the recording started")
+    select.add_argument("--to", dest="to_s", type=float, metavar="SECONDS",
+                        help="only samples taken at most this long after the recording started")
+    select.add_argument("--endpoint", action="append", metavar="NAME",
+                        help="only samples of requests and jobs of this endpoint (`ProductsController#index`, a job "
+                             "class, an Sdb.label endpoint; repeatable): see the `endpoints` format for the names")
+    select.add_argument("--slower-than", dest="slower_than_ms", type=duration_ms, metavar="TIME",
+                        help="only samples of requests and jobs that took at least this long: `200ms`, `1.5s`, or "
+                             "milliseconds (slow-request profiles)")
+    shape = p.add_argument_group("how stacks are rooted and named")
+    shape.add_argument("--states", action="store_true",
+                       help="put each sample's thread state (running, waiting for GVL, blocked) as its root frame")
+    shape.add_argument("--merge-processes", action="store_true",
+                       help="a trace of a process tree: the processes' threads side by side, with no process above "
+                            "them (default: each process a root of its own)")
+    shape.add_argument("--by", choices=["endpoint", "request"],
+                       help="group by endpoint or by request/job: each sample's endpoint "
+                            "(`[ProductsController#index]`) or request (`[ProductsController#index <request id>]`) as its root frame, `(no request or "
+                            "job)` for samples outside any; speedscope: a profile for each instead")
+    shape.add_argument("--no-lines", dest="lines", action="store_false",
+                       help="aggregate by function: frames without their line")
+    shape.add_argument("--labels", choices=LABEL_CONVENTIONS, default=LABELS_SDB,
+                       help="frame labels: sdb's (`block in Foo#bar`, as Ruby 3.4's backtraces; the default) or "
+                            "exactly rb_profile_frame_full_label's (`Foo#bar` for a method's blocks, as stackprof "
+                            "and OpenTelemetry show them)")
+    out = p.add_argument_group("output")
+    out.add_argument("--compare-slow", action="store_true",
+                     help="with --endpoint and --slower-than: the endpoint's slow requests and its fast ones side by "
+                          "side (each function's share of either's samples), instead of a --format")
+    out.add_argument("--json-frames", action="store_true",
+                     help="json: every sample line carries its frames (larger: a stack is repeated for each of "
+                          "its samples), instead of naming a stack defined once on a line of its own")
+    out.add_argument("--no-progress", dest="progress", action="store_false",
+                     help="no progress line on stderr (it shows only on a terminal, for long runs)")
     p.add_argument("--version", action="version", version=f"sdb {__version__}")
     return p
 

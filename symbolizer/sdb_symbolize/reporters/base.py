@@ -31,6 +31,7 @@ class Reporter:
         self.options = options
         rate = header.get("rate_hz") or 1000
         self.period_ns = int(round(1e9 / rate))   # what one sample weighs in time
+        self.start_ns = header.get("start_mono_ns", 0)   # when the recording started (CLOCK_MONOTONIC)
         self.out: Optional[IO] = None
 
     def start(self, out: IO) -> None:

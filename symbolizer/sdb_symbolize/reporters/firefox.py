@@ -122,7 +122,6 @@ class FirefoxReporter(Reporter):
 
     def __init__(self, header, options):
         super().__init__(header, options)
-        self.start_ns = header.get("start_mono_ns", 0)
         self.threads: Dict[object, _Thread] = {}
         self.last_ns = self.start_ns
 

@@ -24,7 +24,6 @@ class JsonReporter(Reporter):
 
     def __init__(self, header, options):
         super().__init__(header, options)
-        self.start_ns = header.get("start_mono_ns", 0)
         self.inline = bool(getattr(options, "json_frames", False))
         self._threads: Dict[object, str] = {}
         self._stacks: Dict[object, str] = {}
