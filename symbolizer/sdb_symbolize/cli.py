@@ -64,8 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "them (default: each process a root of its own)")
     shape.add_argument("--by", choices=["endpoint", "request"],
                        help="group by endpoint or by request/job: each sample's endpoint "
-                            "(`[ProductsController#index]`) or request (`[ProductsController#index <request id>]`) as its root frame, `(no request or "
-                            "job)` for samples outside any; speedscope: a profile for each instead")
+                            "(`[ProductsController#index]`) or request (`[ProductsController#index <request id>]`) "
+                            "as its root frame, `(no request or job)` for samples outside any; speedscope: a profile "
+                            "for each instead")
     shape.add_argument("--no-lines", dest="lines", action="store_false",
                        help="aggregate by function: frames without their line")
     shape.add_argument("--labels", choices=LABEL_CONVENTIONS, default=LABELS_SDB,
