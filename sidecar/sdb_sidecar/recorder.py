@@ -20,11 +20,12 @@ from . import __version__, _sampler
 from .errors import Exit, SdbError
 from .options import Options
 from .process import forget
+from .rotation import Files
 from .session import STALL_GRACE_S, EbpfHub, Session, new_sampler
+from .status_line import STATUS_INTERVAL_S, StatusLine
 from .target import Target, check_readable, command_line, open_target, permission_error, process_exists
 from .tree import DirectoryWatch, descendants, parent_of
 
-STATUS_INTERVAL_S = 0.5
 SCAN_S = 2.0                # the tree is looked at this often when no registry was created meanwhile ...
 PENDING_S = 0.02            # ... and this often while a new process's registry is not ready
 PENDING_GIVE_UP_S = 5.0     # a process whose registry is not ready by then is left out (counted)
@@ -561,43 +562,6 @@ class Tree:
         return [pr.stats() for pr in self.by_proc if pr.thread.ident is not None]
 
 
-class Files:
-    """The trace files of a recording: one at -o's path, or with rotation (opts.rotate_s or
-    rotate_bytes) one after another beside it, named after it with their start time in UTC
-    (trace.msgpack -> trace.20261126T071500Z.msgpack), the newest opts.keep kept."""
-
-    def __init__(self, path: str, opts: Options):
-        self.path = path
-        self.rotating = bool(opts.rotate_s or opts.rotate_bytes)
-        self.keep = opts.keep
-        self.written: List[str] = []
-        self.current = path
-
-    def next(self) -> str:
-        if not self.rotating:
-            path = self.path
-        else:
-            stem = self.path[:-len(".msgpack")] if self.path.endswith(".msgpack") else self.path
-            when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            path, n = f"{stem}.{when}.msgpack", 1
-            while path in self.written or os.path.exists(path):
-                path, n = f"{stem}.{when}-{n}.msgpack", n + 1
-        self.written.append(path)
-        self.current = path
-        return path
-
-    def prune(self) -> None:
-        """Remove this recording's files beyond the newest `keep` (never another's)."""
-        if not self.rotating:
-            return
-        while len(self.written) > self.keep:
-            old = self.written.pop(0)
-            try:
-                os.unlink(old)
-            except FileNotFoundError:
-                pass
-
-
 def select_fds(fds: List[int], timeout: float) -> List[int]:
     import select
     if not fds:
@@ -608,63 +572,3 @@ def select_fds(fds: List[int], timeout: float) -> List[int]:
     except (OSError, ValueError):
         time.sleep(timeout)
         return []
-
-
-class StatusLine:
-    """One line on stderr, redrawn at most twice a second: processes, threads, samples, rate, torn %,
-    late %."""
-
-    def __init__(self, stream, quiet: bool, rate_hz: float, tree: Optional[Tree] = None, drainer=None):
-        self.stream = stream
-        self.tree = tree
-        self.drainer = drainer
-        self.quiet = quiet
-        self.rate_hz = rate_hz
-        self.last = 0.0
-        self.tty = hasattr(stream, "isatty") and stream.isatty()
-
-    def _sources(self):
-        if self.tree is not None:
-            prs = [pr for pr in self.tree.by_proc if pr.thread.ident is not None or pr.proc == 0]
-            return [pr.stats() for pr in prs], [pr.session.drainer for pr in prs if pr.session.drainer is not None]
-        return [], [self.drainer] if self.drainer is not None else []
-
-    def text(self, st: Optional[dict] = None) -> str:
-        stats, drainers = self._sources()
-        if st is not None:
-            stats = [st]
-        root = stats[0]
-        elapsed = max(1e-9, (root["last_tick_ns"] - root["start_ns"]) / 1e9) if root["ticks"] > 1 else 0
-        rate = (root["ticks"] - 1) / elapsed if elapsed else 0.0
-        samples = sum(s["samples"] for s in stats)
-        reads = samples + sum(s["torn"] for s in stats)
-        torn = 100.0 * sum(s["torn"] for s in stats) / reads if reads else 0.0
-        due = root["ticks"] + root["missed"]
-        late = 100.0 * (root["late"] + root["missed"]) / due if due else 0.0
-        threads = sum(s["threads"] for s in stats)
-        procs = f"{len(stats)} processes, " if len(stats) > 1 else ""
-        text = (f"sdb: {procs}{threads} threads, {samples} samples, {rate:.0f} Hz "
-                f"(asked {self.rate_hz:.0f}), torn {torn:.2f}%, late {late:.2f}%")
-        unnamed = sum(d.unnamed_iseqs + d.unnamed_methods for d in drainers)
-        if unnamed:
-            text += f", unnamed {unnamed}"
-        ebpf = drainers[0].ebpf if drainers else None
-        pauses = len(ebpf.pauses) if ebpf is not None else 0
-        if pauses:
-            text += (f", eBPF paused {pauses}x (ISeqs created > {ebpf.max_rate:g}/s"
-                     f"{', now' if ebpf.paused else ''})")
-        return text
-
-    def update(self, st: Optional[dict] = None) -> None:
-        now = time.monotonic()
-        if self.quiet or now - self.last < STATUS_INTERVAL_S or not self.tty:
-            return
-        self.last = now
-        self.stream.write("\r\x1b[K" + self.text(st))
-        self.stream.flush()
-
-    def finish(self, st: Optional[dict] = None) -> None:
-        if self.quiet:
-            return
-        self.stream.write(("\r\x1b[K" if self.tty else "") + self.text(st) + "\n")
-        self.stream.flush()
