@@ -7,8 +7,8 @@ uses on some Rubies only. Facts that live in a .c file are taken from that file:
 rb_profile_frame_singleton_method_p makes (vm_backtrace.c) is compiled into the probe, and
 rb_objspace's flags word is measured on gc.c itself, cut after the struct's `flags` member.
 
-Nothing about Ruby is written here by hand except ROWS: which tree each row comes from and
-whether the suite passed on that Ruby here (`tested`).
+No number about Ruby is written here by hand. ROWS says which tree each row comes from and
+whether the suite passed on that Ruby here (`tested`); row_fields holds the gem's policy.
 """
 from __future__ import annotations
 
@@ -50,7 +50,6 @@ ROWS: List[Row] = [
     Row("3.4", "ruby-3.4.5", "v3_4_5", "scripts/rubies (Debian's ruby3.4 orig tarball)", 1),
     Row("4.0", "ruby-4.0.0", "v4_0_0", "git tag v4_0_0 (553f1675), configured here (scripts/layoutgen/tree-from-git)", 0),
 ]
-TESTED = [r.name for r in ROWS if r.tested]
 
 
 class SourceMissing(Exception):
@@ -254,15 +253,6 @@ def word(facts: Dict[str, object], name: str, kind: str) -> int:
     if got[0] != kind:
         raise ProbeFailed(f"{name}: expected {kind}, the probe found {got[0]} {got[1]}")
     return int(got[1])
-
-
-def generate(rows: Optional[List[str]] = None) -> Dict[str, Dict[str, int]]:
-    """{row name: fields} for the named rows (all by default); SourceMissing if a tree is not here."""
-    out = {}
-    for row in ROWS:
-        if rows is None or row.name in rows:
-            out[row.name] = row_fields(probe_tree(row.path))
-    return out
 
 
 # ------------------------------------------------------------------ the rows in use
