@@ -1,10 +1,11 @@
 /* probe.c - prints the facts of one Ruby's layout, from that Ruby's own headers.
  *
  * Compiled by scripts/gen-layouts against a configured Ruby source tree (-I the tree, its include/
- * and .ext/include/<arch>), with the compiler that built that Ruby, and run here: every number it
- * prints is offsetof()/sizeof() of Ruby's own structs, a constant of Ruby's own enums and macros,
- * or what Ruby's own macros and inline functions do on a fake object (RCLASS_EXT, the test of
- * rb_profile_frame_singleton_method_p). Nothing here is a number about Ruby.
+ * and .ext/include/<arch>) with gcc (Debian 12's gcc 12 built Debian's 3.1 and the 3.3/3.4 here), and
+ * run here: every number it prints is offsetof()/sizeof() of Ruby's own structs, a constant of
+ * Ruby's own enums and macros, or what Ruby's own macros and inline functions do on a fake object
+ * (RSTRING_PTR/RSTRING_LEN, RCLASS_EXT, the test of rb_profile_frame_singleton_method_p). Nothing
+ * here is a number about Ruby.
  *
  * Output: one "name value" line per fact; "name na" where the fact does not exist in this Ruby.
  * gen-layouts turns the facts into a row of gem/ext/sdb/sdb_layouts.h.
