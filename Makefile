@@ -23,6 +23,7 @@ help:
 	@echo "make real-check - sdb beside stackprof on rubocop and asciidoctor (on an otherwise idle machine)"
 	@echo "make bench   - run the benchmarks (writes benchmarks/results/)"
 	@echo "make rubies  - build the Rubies under test (cached in /var/cache/sdb) and install the gem in each"
+	@echo "make layouts - regenerate gem/ext/sdb/sdb_layouts.h from the Rubies' source trees (scripts/gen-layouts)"
 
 setup: $(STAMPS)/machine $(STAMPS)/venv sampler $(STAMPS)/gem
 
@@ -66,11 +67,19 @@ demo: setup
 
 # The Rubies under test: Debian's 3.1 and 3.3/3.4 built from Debian's sources (cached in
 # /var/cache/sdb), each with the gem installed as a user installs it. One line each: version path.
+# Also the configured source tree of Debian's 3.1 (not built) that scripts/gen-layouts reads.
 RUBIES_LIST := $(BUILD)/rubies.txt
 .PHONY: rubies check-ruby-build-env
 rubies: $(STAMPS)/machine check-ruby-build-env
 	@mkdir -p $(BUILD)
 	scripts/rubies > $(RUBIES_LIST)
+
+# The layout table, from the Rubies' source trees (docs/new-ruby-version.md); the trees are the ones
+# `make rubies` leaves in /var/cache/sdb/src. tests/integration/test_layout_rows_generated.py checks it.
+.PHONY: layouts
+layouts:
+	scripts/rubies --sources
+	scripts/gen-layouts
 
 # Ruby's build must not inherit this make's environment (MAKEFLAGS has --no-builtin-rules): built here,
 # under this make, as scripts/rubies builds a Ruby. CI has the Rubies cached and sees no cold build.

@@ -1,0 +1,407 @@
+"""The layout rows of gem/ext/sdb/sdb_layouts.h, generated from each Ruby's own sources.
+
+For each row (a Ruby minor version) `probe.c` is compiled against that Ruby's configured source
+tree and run: it prints the facts (offsets, sizes, bit positions, constants) the headers give.
+`row_fields` turns the facts into the row's fields, with the gem's policy for the fields the gem
+uses on some Rubies only. Facts that live in a .c file are taken from that file: the test
+rb_profile_frame_singleton_method_p makes (vm_backtrace.c) is compiled into the probe, and
+rb_objspace's flags word is measured on gc.c itself, cut after the struct's `flags` member.
+
+No number about Ruby is written here by hand. ROWS says which tree each row comes from and
+whether the suite passed on that Ruby here (`tested`); row_fields holds the gem's policy.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+LAYOUTS_H = REPO / "gem" / "ext" / "sdb" / "sdb_layouts.h"
+REGISTRY_H = REPO / "gem" / "ext" / "sdb" / "sdb_registry.h"
+CACHE = Path(os.environ.get("SDB_CACHE", "/var/cache/sdb"))
+NA = 0xFFFF
+GENERATOR = "scripts/gen-layouts"
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str          # "3.3": RUBY_VERSION's major.minor
+    tree: str          # the source tree's directory in $SDB_CACHE/src
+    tag: str           # the upstream tag of those sources
+    origin: str        # where the tree comes from
+    tested: int        # 1: the gem's test suite passed on this Ruby here
+
+    @property
+    def path(self) -> Path:
+        return CACHE / "src" / self.tree
+
+
+ROWS: List[Row] = [
+    Row("3.1", "ruby-3.1.2", "v3_1_2",
+        "Debian 12's ruby3.1 source package (3.1.2-7+deb12u1) with Debian's config.h: scripts/rubies --sources", 1),
+    Row("3.2", "ruby-3.2.0", "v3_2_0", "git tag v3_2_0, configured here (scripts/layoutgen/tree-from-git)", 0),
+    Row("3.3", "ruby-3.3.8", "v3_3_8", "scripts/rubies (Debian's ruby3.3 orig tarball)", 1),
+    Row("3.4", "ruby-3.4.5", "v3_4_5", "scripts/rubies (Debian's ruby3.4 orig tarball)", 1),
+    Row("4.0", "ruby-4.0.0", "v4_0_0", "git tag v4_0_0 (553f1675), configured here (scripts/layoutgen/tree-from-git)", 0),
+]
+
+
+class SourceMissing(Exception):
+    """A row's source tree is not on this machine."""
+
+
+class ProbeFailed(Exception):
+    """The probe did not compile or run against a tree."""
+
+
+# ------------------------------------------------------------------ the struct's fields
+def layout_sections() -> List[List[str]]:
+    """The uint16_t fields of struct sdb_layout (sdb_registry.h) in order, without the reserved,
+    in the groups its comments make."""
+    text = REGISTRY_H.read_text()
+    body = text[text.index("struct sdb_layout {"):]
+    body = body[:body.index("\n};")]
+    sections: List[List[str]] = [[]]
+    for line in body.splitlines():
+        if re.match(r"^    /\*", line) and sections[-1]:
+            sections.append([])
+        m = re.match(r"^\s*uint16_t (\w+);", line)
+        if m and not m.group(1).startswith("reserved"):
+            sections[-1].append(m.group(1))
+    return [s for s in sections if s]
+
+
+def layout_fields() -> List[str]:
+    return [f for section in layout_sections() for f in section]
+
+
+# ------------------------------------------------------------------ reading the sources
+def arch_include(tree: Path) -> Path:
+    found = sorted((tree / ".ext" / "include").glob("*/ruby/config.h"))
+    if not found:
+        raise SourceMissing(f"{tree} is not configured (no .ext/include/<arch>/ruby/config.h)")
+    return found[0].parent.parent
+
+
+def struct_body(text: str, head: str) -> str:
+    """The text between the braces of the first `head {` (braces matched)."""
+    i = text.find(head)
+    if i < 0:
+        return ""
+    i = text.index("{", i)
+    depth = 0
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i + 1:j]
+    return ""
+
+
+def features(tree: Path) -> Dict[str, str]:
+    """-D defines for what a C file cannot ask with #ifdef: struct members and enum constants."""
+    vm_core = (tree / "vm_core.h").read_text(errors="replace")
+    classext = struct_body((tree / "internal" / "class.h").read_text(errors="replace"),
+                           "struct rb_classext_struct")
+    out = {}
+    if re.search(r"\bBUILTIN_ATTR_C_TRACE\b", vm_core):
+        out["SDB_HAVE_BUILTIN_ATTR_C_TRACE"] = "1"
+    if re.search(r"\bVALUE classpath;", classext):
+        out["SDB_HAVE_CLASSEXT_CLASSPATH"] = "1"
+    if re.search(r"\biv_tbl;", classext):
+        out["SDB_HAVE_CLASSEXT_IV_TBL"] = "1"
+    out["SDB_SINGLETON_TEST"] = singleton_test(tree)
+    return out
+
+
+def singleton_test(tree: Path) -> str:
+    """The expression rb_profile_frame_singleton_method_p returns (vm_backtrace.c), on `klass`."""
+    src = (tree / "vm_backtrace.c").read_text(errors="replace")
+    body = struct_body(src, "\nrb_profile_frame_singleton_method_p(VALUE frame)")
+    m = re.search(r"VALUE klass = frame2klass\(frame\);\s*return (.*?);\s*$", body, re.S)
+    if not m:
+        raise ProbeFailed(f"{tree}/vm_backtrace.c: rb_profile_frame_singleton_method_p is not "
+                          "`klass = frame2klass(frame); return ...;`: read it and teach singleton_test")
+    return " ".join(m.group(1).split())
+
+
+def compile_and_run(tree: Path, source: Path, defines: Dict[str, str], workdir: Path) -> str:
+    exe = workdir / (source.stem + ".out")
+    # probes.h is generated by make; the dummy Ruby's own build uses when there is no dtrace
+    (workdir / "probes.h").write_text('#include "probes.dmyh"\n')
+    cmd = ["gcc", "-std=gnu99", "-w", "-O1", "-fno-pie", "-no-pie", "-ffunction-sections", "-fdata-sections", f"-I{workdir}", f"-I{tree}", f"-I{tree / 'include'}",
+           f"-I{arch_include(tree)}", "-DRUBY_EXPORT"]
+    cmd += [f"-D{k}={v}" for k, v in defines.items()]
+    # Ruby's inline functions name functions of libruby the probe never calls: nothing to link
+    cmd += [str(source), "-o", str(exe), "-Wl,--gc-sections", "-Wl,--unresolved-symbols=ignore-all"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise ProbeFailed(f"compiling {source.name} against {tree} failed:\n{done.stderr[-3000:]}")
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    if run.returncode:
+        raise ProbeFailed(f"{source.name} against {tree} failed: {run.stderr}")
+    return run.stdout
+
+
+def objspace_facts(tree: Path, workdir: Path) -> Dict[str, int]:
+    """rb_objspace.flags: its offset, and the bits of during_gc and dont_gc, on gc.c itself cut
+    after the flags member (everything gc.c defines before it, none of what follows)."""
+    gc = (tree / "gc.c").read_text(errors="replace")
+    start = gc.find("typedef struct rb_objspace {")
+    end = gc.find("} flags;", start)
+    if start < 0 or end < 0:
+        raise ProbeFailed(f"{tree}/gc.c: no `typedef struct rb_objspace {{ ... }} flags;`")
+    cut = gc[:end + len("} flags;")]
+    probe = workdir / "objspace_probe.c"
+    probe.write_text(cut + r"""
+} rb_objspace_t_head;
+#include <stdio.h>
+static int sdb_bit(const rb_objspace_t_head *z) {
+    unsigned int w; memcpy(&w, (const char *)z + offsetof(rb_objspace_t_head, flags), sizeof w);
+    return w ? __builtin_ctz(w) : -1;
+}
+int main(void) {
+    static rb_objspace_t_head z;
+    printf("objspace_flags %lu\n", (unsigned long)offsetof(rb_objspace_t_head, flags));
+    memset(&z, 0, sizeof z); z.flags.during_gc = 1; printf("gc_during_bit %d\n", sdb_bit(&z));
+    memset(&z, 0, sizeof z); z.flags.dont_gc = 1; printf("gc_dont_gc_bit %d\n", sdb_bit(&z));
+    return 0;
+}
+""")
+    out = compile_and_run(tree, probe, {}, workdir)
+    return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+
+
+def probe_tree(tree: Path) -> Dict[str, object]:
+    """The raw facts of one tree: {name: int | None (not in this Ruby) | tuple}."""
+    if not (tree / "vm_core.h").is_file():
+        raise SourceMissing(f"no Ruby source tree at {tree}")
+    facts: Dict[str, object] = {}
+    with tempfile.TemporaryDirectory(prefix="sdb-layoutgen-") as tmp:
+        out = compile_and_run(tree, HERE / "probe.c", features(tree), Path(tmp))
+        for line in out.splitlines():
+            name, *vals = line.split()
+            if name == "ruby_api_version":
+                facts[name] = tuple(int(x) for x in vals[0].split("."))
+            elif vals == ["na"]:
+                facts[name] = None
+            elif len(vals) == 1:
+                facts[name] = int(vals[0])
+            else:
+                facts[name] = tuple(vals)
+        if facts["ruby_api_version"] < (3, 2):
+            facts.update(objspace_facts(tree, Path(tmp)))
+    return facts
+
+
+# ------------------------------------------------------------------ facts -> row
+def row_fields(facts: Dict[str, object]) -> Dict[str, int]:
+    """The row's fields from a tree's facts. The gem's policy decides the fields it uses on some
+    Rubies only (SDB_NA elsewhere), as its own #if do:
+      - th->status and rb_objspace.flags: only before 3.2, where no thread event hook says when a
+        thread waits and the gem hooks no GC (sdb_threads.c, sdb_check.c: sdb_find_gc_words);
+      - the class's ivar table (class_ext_ptr, classext_iv_tbl): only where the class path is an
+        ivar, i.e. rb_classext_t has no classpath (sdb_check.c: sdb_check_classes)."""
+    f = dict(facts)
+    old = f["ruby_api_version"] < (3, 2)
+    row: Dict[str, int] = {}
+    for name in layout_fields():
+        if name in f and isinstance(f[name], int):
+            row[name] = f[name]
+        elif name in f and f[name] is None:
+            row[name] = NA
+    byte, shift, mask = (int(x) for x in f["thread_status_bits"])
+    row.update(thread_status=byte, thread_status_shift=shift, thread_status_mask=mask)
+    if not old:
+        row.update(thread_status=NA, thread_status_shift=NA, thread_status_mask=NA)
+        row.update(objspace_flags=NA, gc_during_bit=NA, gc_dont_gc_bit=NA)
+    row["rstring_heap_ptr"] = word(f, "rstring_heap_ptr_at", "pointer")
+    row["rstring_heap_len"] = word(f, "rstring_heap_len_at", "pointer")
+    row["rstring_embed_ary"] = word(f, "rstring_embed_ary_at", "embedded")
+    if f["rstring_embed_len_at"][0] == "pointer":   # a word of the string
+        row["rstring_embed_len"] = int(f["rstring_embed_len_at"][1])
+        row["rstring_embed_len_shift"] = row["rstring_embed_len_mask"] = NA
+    else:                                           # in the flags
+        row["rstring_embed_len"] = NA
+        row["rstring_embed_len_shift"] = f["rstring_flags_len_shift"]
+        row["rstring_embed_len_mask"] = f["rstring_flags_len_mask"]
+        if row["rstring_embed_len_shift"] is None:
+            raise ProbeFailed("an embedded string's length is neither a word nor in the flags")
+    kind, off = f["class_ext"]
+    row["class_ext"] = int(off) if kind == "embedded" else NA
+    row["class_ext_ptr"] = int(off) if kind == "pointer" else NA
+    for field, fact in (("classext_classpath", "class_classpath"),
+                        ("classext_attached_object", "class_attached_object")):
+        got = f.get(fact)
+        row[field] = int(got[1]) if got and got[0] == "embedded" else NA
+    if row["classext_classpath"] != NA or row["class_ext_ptr"] == NA:
+        row["class_ext_ptr"] = row["classext_iv_tbl"] = NA
+    missing = [n for n in layout_fields() if n not in row]
+    if missing:
+        raise ProbeFailed(f"no fact for {', '.join(missing)}: add it to probe.c (and row_fields)")
+    return row
+
+
+def word(facts: Dict[str, object], name: str, kind: str) -> int:
+    """The offset a `where` fact found, which must be of the kind expected."""
+    got = facts[name]
+    if got[0] != kind:
+        raise ProbeFailed(f"{name}: expected {kind}, the probe found {got[0]} {got[1]}")
+    return int(got[1])
+
+
+# ------------------------------------------------------------------ the rows in use
+def rows_in_use(header: Path = LAYOUTS_H) -> Dict[str, Dict[str, object]]:
+    """The rows of a sdb_layouts.h as the compiler reads them: {name: {field: value, "source": str,
+    "tested": int}}. Compiled, not parsed, so what is compared is what the gem uses."""
+    fields = layout_fields()
+    prints = "".join(f'        printf(" {f}=%u", (unsigned)r->layout.{f});\n' for f in fields)
+    with tempfile.TemporaryDirectory(prefix="sdb-layoutrows-") as tmp:
+        src = Path(tmp) / "rows.c"
+        src.write_text(f"""#include <stdio.h>
+#include "{header.name}"
+int main(void) {{
+    for (unsigned i = 0; i < SDB_LAYOUT_ROW_COUNT; i++) {{
+        const struct sdb_layout_row *r = &sdb_layout_rows[i];
+        printf("%s\\t%d\\t%s\\t", r->name, r->tested, r->source);
+{prints}        printf(" global_symbols_addr=%llu\\n", (unsigned long long)r->layout.global_symbols_addr);
+    }}
+    return 0;
+}}
+""")
+        exe = Path(tmp) / "rows"
+        done = subprocess.run(["gcc", "-std=gnu99", f"-I{header.parent}", f"-I{REGISTRY_H.parent}",
+                               str(src), "-o", str(exe)], capture_output=True, text=True)
+        if done.returncode:
+            raise ProbeFailed(f"{header} does not compile:\n{done.stderr[-3000:]}")
+        out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    rows: Dict[str, Dict[str, object]] = {}
+    for line in out.splitlines():
+        name, tested, source, values = line.split("\t")
+        row: Dict[str, object] = {"tested": int(tested), "source": source}
+        for item in values.split():
+            k, v = item.split("=")
+            row[k] = int(v)
+        rows[name] = row
+    return rows
+
+
+def differences(generated: Dict[str, int], in_use: Dict[str, object]) -> List[str]:
+    """`field: in use X, generated Y` for every field that differs."""
+    return [f"{k}: in use {fmt(in_use.get(k))}, generated {fmt(v)}"
+            for k, v in generated.items() if in_use.get(k) != v]
+
+
+def fmt(v: object) -> str:
+    return "SDB_NA" if v == NA else str(v)
+
+
+# ------------------------------------------------------------------ writing sdb_layouts.h
+HEADER = """\
+/**********************************************************************
+ * sdb_layouts.h - THE table of Ruby-version facts (one row per minor).
+ *
+ * GENERATED by scripts/gen-layouts from each Ruby's own source tree: do not edit; change
+ * scripts/layoutgen/ (probe.c, gen.py) and run it again (docs/new-ruby-version.md).
+ * Every field is read from that Ruby's headers by a probe compiled against them (offsetof,
+ * sizeof, bit-field positions, the headers' own enums and macros), rb_objspace's flags from
+ * gc.c, singleton_any_type from what rb_profile_frame_singleton_method_p (vm_backtrace.c)
+ * returns; docs/ruby-internals.md says what each fact means. SDB_NA: not in that Ruby, or not
+ * used by the gem on it. A row is checked at require against Ruby's own rb_profile_frames
+ * (sdb_check.c: sdb_check_layout), so a wrong row is refused, not trusted.
+ * tests/integration/test_layout_rows_generated.py regenerates the tested rows and compares.
+ *
+ * Bit fields: rstring_noembed_bit, rarray_embed_bit and fl_singleton_bit
+ * are bit NUMBERS in RBasic.flags (13 means 1 << 13).
+ **********************************************************************/
+#ifndef SDB_LAYOUTS_H
+#define SDB_LAYOUTS_H 1
+
+#include "sdb_registry.h"
+
+struct sdb_layout_row {
+    const char *name;   /* "3.3": matched against RUBY_VERSION major.minor */
+    const char *source; /* the Ruby sources the row was generated from */
+    int tested;         /* 1: the gem's test suite passed on this Ruby here */
+    struct sdb_layout layout;
+};
+
+static const struct sdb_layout_row sdb_layout_rows[] = {
+"""
+FOOTER = """\
+};
+
+#define SDB_LAYOUT_ROW_COUNT (sizeof(sdb_layout_rows) / sizeof(sdb_layout_rows[0]))
+
+#endif /* SDB_LAYOUTS_H */
+"""
+HEX = ("thread_status_mask", "rstring_embed_len_mask", "rarray_embed_len_mask", "qnil")
+
+
+def source_of(row: Row, facts_from_gc: bool) -> str:
+    files = "vm_core.h, iseq.h, method.h, id.h, internal/class.h, include/ruby/internal/, vm_backtrace.c"
+    if facts_from_gc:
+        files += ", gc.c"
+    return f"generated by {GENERATOR} from {row.tag} ({files}); {row.origin}"
+
+
+def row_text(row: Row, fields: Dict[str, int], source: str) -> str:
+    lines = []
+    for section in layout_sections():
+        line = ""
+        for name in section:
+            v = fields[name]
+            item = f".{name} = " + ("SDB_NA" if v == NA else hex(v) if name in HEX else str(v))
+            if line and len(line) + len(item) + 2 > 96:
+                lines.append(line + ",")
+                line = ""
+            line = f"{line}, {item}" if line else item
+        lines.append(line + ",")
+    lines.append(".global_symbols_addr = 0,")
+    body = "\n".join("            " + x for x in lines)
+    tested = "1, /* the gem's test suite passed on it here */" if row.tested else "0, /* not tested here */"
+    return (f"    /* row {row.name} */\n    {{\n        \"{row.name}\",\n        \"{c_string(source)}\",\n"
+            f"        {tested}\n        {{\n{body}\n        }},\n    }},\n")
+
+
+def c_string(s: str) -> str:
+    return s.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def kept_row(text: str, name: str) -> Optional[str]:
+    """A row's block in a generated sdb_layouts.h, as it is."""
+    start = text.find(f"    /* row {name} */\n")
+    if start < 0:
+        return None
+    end = text.index("\n    },\n", start) + len("\n    },\n")
+    return text[start:end]
+
+
+def write_header(only: Optional[List[str]] = None, log=print) -> str:
+    """The whole sdb_layouts.h: rows whose tree is here regenerated, the others kept as they are
+    (a tested row is never kept: its tree must be here)."""
+    current = LAYOUTS_H.read_text() if LAYOUTS_H.exists() else ""
+    parts = [HEADER]
+    for row in ROWS:
+        kept = kept_row(current, row.name)
+        if (only is not None and row.name not in only) and kept:
+            parts.append(kept)
+            continue
+        try:
+            facts = probe_tree(row.path)
+        except SourceMissing as e:
+            if row.tested or not kept:
+                raise
+            log(f"gen-layouts: row {row.name} kept as it is: {e}")
+            parts.append(kept)
+            continue
+        source = source_of(row, "objspace_flags" in facts)
+        parts.append(row_text(row, row_fields(facts), source))
+        log(f"gen-layouts: row {row.name} generated from {row.path}")
+    parts.append(FOOTER)
+    return "".join(parts)

@@ -1,0 +1,208 @@
+/* probe.c - prints the facts of one Ruby's layout, from that Ruby's own headers.
+ *
+ * Compiled by scripts/gen-layouts against a configured Ruby source tree (-I the tree, its include/
+ * and .ext/include/<arch>) with gcc (Debian 12's gcc 12 built Debian's 3.1 and the 3.3/3.4 here), and
+ * run here: every number it prints is offsetof()/sizeof() of Ruby's own structs, a constant of
+ * Ruby's own enums and macros, or what Ruby's own macros and inline functions do on a fake object
+ * (RSTRING_PTR/RSTRING_LEN, RCLASS_EXT, the test of rb_profile_frame_singleton_method_p). Nothing
+ * here is a number about Ruby.
+ *
+ * Output: one "name value" line per fact; "name na" where the fact does not exist in this Ruby.
+ * gen-layouts turns the facts into a row of gem/ext/sdb/sdb_layouts.h.
+ *
+ * Given by gen-layouts from the sources: SDB_SINGLETON_TEST, the expression vm_backtrace.c's
+ * rb_profile_frame_singleton_method_p returns (on `klass`); SDB_HAVE_<X> where a struct member or
+ * an enum constant exists in this Ruby (a C file cannot ask #ifdef of those).
+ */
+#include "ruby/ruby.h"
+#include "ruby/version.h"
+#include "vm_core.h"
+#include "iseq.h"
+#include "method.h"
+#include "id.h"
+#include "internal/class.h"
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#define SDB_MEMBER_TYPE(type, m) __typeof__(((type *)0)->m)
+#define FACT(name, value) printf("%s %lu\n", (name), (unsigned long)(value))
+#define NA(name) printf("%s na\n", (name))
+#define OFF(name, type, member) FACT(name, offsetof(type, member))
+
+static int
+bit_number(unsigned long flag)
+{
+    return flag ? __builtin_ctzl(flag) : -1;
+}
+
+/* A bit-field inside one byte: set all its bits in a zeroed struct and find them. */
+#define BITFIELD(name, type, member)                                                          \
+    do {                                                                                      \
+        static type z;                                                                        \
+        const unsigned char *p = (const unsigned char *)&z;                                   \
+        size_t i, found = 0, at = 0;                                                          \
+        memset(&z, 0, sizeof z);                                                              \
+        z.member = -1;                                                                        \
+        for (i = 0; i < sizeof z; i++)                                                        \
+            if (p[i]) { found++; at = i; }                                                    \
+        if (found != 1) { fprintf(stderr, "%s: not inside one byte\n", name); return 1; }     \
+        printf("%s %lu %d %u\n", (name), (unsigned long)at, bit_number(p[at]),                \
+               (unsigned)(p[at] >> bit_number(p[at])));                                       \
+    } while (0)
+
+/* A fake object: flags, then words that hold their own index (a value no object holds), so a
+ * macro that reads a pointer member returns which word it read, and one that computes an address
+ * returns an address inside the object. */
+/* The classext a reader outside the process can find: since 4.0 a class may have one per Ruby::Box,
+ * and the prime one (the main box's) is the one inside the class */
+#ifdef RCLASS_EXT_PRIME
+#define SDB_RCLASS_EXT(c) RCLASS_EXT_PRIME(c)
+#else
+#define SDB_RCLASS_EXT(c) RCLASS_EXT(c)
+#endif
+
+#define FAKE_WORDS 128
+static VALUE fake[FAKE_WORDS] __attribute__((aligned(64)));
+#define FAKE_MARK 0x5db0000000ul
+
+static void
+fake_object(VALUE flags)
+{
+    size_t i;
+    for (i = 0; i < FAKE_WORDS; i++) fake[i] = FAKE_MARK + i;
+    fake[0] = flags;
+    fake[1] = 0; /* klass */
+}
+
+/* "where" a macro's result points: an offset inside the fake object, or the word read from it */
+static void
+where(const char *name, const void *got, int read_a_pointer)
+{
+    uintptr_t g = (uintptr_t)got, base = (uintptr_t)fake;
+    if (!read_a_pointer && g >= base && g < base + sizeof fake) {
+        printf("%s embedded %lu\n", name, (unsigned long)(g - base));
+    } else if (g >= FAKE_MARK && g < FAKE_MARK + FAKE_WORDS) {
+        printf("%s pointer %lu\n", name, (unsigned long)((g - FAKE_MARK) * sizeof(VALUE)));
+    } else {
+        printf("%s unknown 0\n", name);
+    }
+}
+
+int
+main(void)
+{
+    printf("ruby_api_version %d.%d\n", RUBY_API_VERSION_MAJOR, RUBY_API_VERSION_MINOR);
+
+    /* rb_thread_t */
+    OFF("thread_ec", rb_thread_t, ec);
+    BITFIELD("thread_status_bits", rb_thread_t, status);
+
+    /* rb_execution_context_t */
+    OFF("ec_vm_stack", rb_execution_context_t, vm_stack);
+    OFF("ec_vm_stack_size", rb_execution_context_t, vm_stack_size);
+    OFF("ec_cfp", rb_execution_context_t, cfp);
+    OFF("ec_thread_ptr", rb_execution_context_t, thread_ptr);
+
+    /* rb_control_frame_t */
+    FACT("cfp_size", sizeof(rb_control_frame_t));
+    OFF("cfp_pc", rb_control_frame_t, pc);
+    OFF("cfp_sp", rb_control_frame_t, sp);
+    OFF("cfp_iseq", rb_control_frame_t, iseq);
+    OFF("cfp_self", rb_control_frame_t, self);
+    OFF("cfp_ep", rb_control_frame_t, ep);
+    OFF("cfp_jit_return", rb_control_frame_t, jit_return);
+
+    /* rb_iseq_t and rb_iseq_constant_body */
+    OFF("iseq_body", rb_iseq_t, body);
+    OFF("body_type", struct rb_iseq_constant_body, type);
+    OFF("body_iseq_size", struct rb_iseq_constant_body, iseq_size);
+    OFF("body_iseq_encoded", struct rb_iseq_constant_body, iseq_encoded);
+    OFF("body_pathobj", struct rb_iseq_constant_body, location.pathobj);
+    OFF("body_base_label", struct rb_iseq_constant_body, location.base_label);
+    OFF("body_label", struct rb_iseq_constant_body, location.label);
+    OFF("body_first_lineno", struct rb_iseq_constant_body, location.first_lineno);
+    FACT("body_first_lineno_is_fixnum",
+         __builtin_types_compatible_p(SDB_MEMBER_TYPE(struct rb_iseq_constant_body, location.first_lineno), VALUE));
+    OFF("body_insns_info_body", struct rb_iseq_constant_body, insns_info.body);
+    OFF("body_insns_info_positions", struct rb_iseq_constant_body, insns_info.positions);
+    OFF("body_insns_info_size", struct rb_iseq_constant_body, insns_info.size);
+    OFF("body_insns_info_succ_table", struct rb_iseq_constant_body, insns_info.succ_index_table);
+    OFF("body_parent_iseq", struct rb_iseq_constant_body, parent_iseq);
+    OFF("body_local_iseq", struct rb_iseq_constant_body, local_iseq);
+    OFF("body_local_table_size", struct rb_iseq_constant_body, local_table_size);
+    FACT("insn_info_entry_size", sizeof(struct iseq_insn_info_entry));
+    OFF("insn_info_line_no", struct iseq_insn_info_entry, line_no);
+#ifdef SDB_HAVE_BUILTIN_ATTR_C_TRACE
+    OFF("body_builtin_attrs", struct rb_iseq_constant_body, builtin_attrs);
+#else
+    NA("body_builtin_attrs");
+#endif
+
+    /* RString, by what Ruby's own RSTRING_PTR and RSTRING_LEN read: a heap string (NOEMBED) and an
+     * embedded one; an embedded length that is no word of the object lives in the flags (3.1) */
+    FACT("rstring_noembed_bit", bit_number(RSTRING_NOEMBED));
+    fake_object(T_STRING | RSTRING_NOEMBED);
+    where("rstring_heap_ptr_at", RSTRING_PTR((VALUE)fake), 1);
+    where("rstring_heap_len_at", (const void *)(uintptr_t)RSTRING_LEN((VALUE)fake), 1);
+    fake_object(T_STRING);
+    where("rstring_embed_ary_at", RSTRING_PTR((VALUE)fake), 0);
+    where("rstring_embed_len_at", (const void *)(uintptr_t)RSTRING_LEN((VALUE)fake), 1);
+#ifdef RSTRING_EMBED_LEN_SHIFT
+    FACT("rstring_flags_len_shift", RSTRING_EMBED_LEN_SHIFT);
+    FACT("rstring_flags_len_mask", (unsigned long)RSTRING_EMBED_LEN_MASK >> RSTRING_EMBED_LEN_SHIFT);
+#else
+    NA("rstring_flags_len_shift");
+    NA("rstring_flags_len_mask");
+#endif
+
+    /* RArray */
+    FACT("rarray_embed_bit", bit_number(RARRAY_EMBED_FLAG));
+    FACT("rarray_embed_len_shift", RARRAY_EMBED_LEN_SHIFT);
+    FACT("rarray_embed_len_mask", (unsigned long)RARRAY_EMBED_LEN_MASK >> RARRAY_EMBED_LEN_SHIFT);
+    OFF("rarray_embed_ary", struct RArray, as.ary);
+    OFF("rarray_heap_len", struct RArray, as.heap.len);
+    OFF("rarray_heap_ptr", struct RArray, as.heap.ptr);
+
+    /* method entries */
+    OFF("me_defined_class", rb_callable_method_entry_t, defined_class);
+    OFF("me_def", rb_callable_method_entry_t, def);
+    OFF("me_called_id", rb_callable_method_entry_t, called_id);
+    OFF("me_owner", rb_callable_method_entry_t, owner);
+    OFF("def_original_id", rb_method_definition_t, original_id);
+
+    /* classes: where RCLASS_EXT finds the classext (inside the class, or through a pointer); the
+     * class path and a singleton's object, as offsets from the class (where they are members) */
+    fake_object(T_CLASS);
+    where("class_ext", SDB_RCLASS_EXT((VALUE)fake), 0);
+#ifdef SDB_HAVE_CLASSEXT_IV_TBL
+    OFF("classext_iv_tbl", rb_classext_t, iv_tbl);
+#else
+    NA("classext_iv_tbl");
+#endif
+#ifdef SDB_HAVE_CLASSEXT_CLASSPATH
+    fake_object(T_CLASS);
+    where("class_classpath", &SDB_RCLASS_EXT((VALUE)fake)->classpath, 0);
+#else
+    NA("class_classpath");
+#endif
+#ifdef RCLASS_ATTACHED_OBJECT
+    fake_object(T_CLASS | FL_SINGLETON);
+    where("class_attached_object", &RCLASS_ATTACHED_OBJECT((VALUE)fake), 0);
+#else
+    NA("class_attached_object");
+#endif
+
+    /* rb_profile_frame_singleton_method_p on an ICLASS flagged FL_SINGLETON */
+    {
+        VALUE klass;
+        fake_object(T_ICLASS | FL_SINGLETON);
+        klass = (VALUE)fake;
+        FACT("singleton_any_type", (SDB_SINGLETON_TEST) == Qtrue);
+    }
+
+    FACT("fl_singleton_bit", bit_number(FL_SINGLETON));
+    FACT("tlast_op_id", tLAST_OP_ID);
+    FACT("qnil", Qnil);
+    return 0;
+}
