@@ -2,11 +2,17 @@
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
+import glob
+
+# The sampler: Cython glue (sidecar/sdb_sidecar/*.pyx, their seams in *.pxd) over small C units
+# (sidecar/sdb_sidecar/native/*.c, each with its header and a direct test in tests/unit/test_native_units.py).
+NATIVE = sorted(glob.glob("sidecar/sdb_sidecar/native/*.c"))
+
 sampler = Extension(
     "sdb_sidecar._sampler",
-    sources=["sidecar/sdb_sidecar/_sampler.pyx"],
+    sources=["sidecar/sdb_sidecar/_sampler.pyx"] + NATIVE,
     # sdb_registry.h is shared with the gem: one definition of the registry
-    include_dirs=["gem/ext/sdb", "sidecar/sdb_sidecar"],
+    include_dirs=["gem/ext/sdb", "sidecar/sdb_sidecar", "sidecar/sdb_sidecar/native"],
     extra_compile_args=["-O2", "-Wno-unused-function"],
 )
 

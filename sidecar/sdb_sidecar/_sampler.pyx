@@ -29,6 +29,8 @@ from libc.stdio cimport snprintf
 from posix.unistd cimport close as c_close
 from posix.mman cimport mmap, munmap, PROT_READ, MAP_SHARED, MAP_FAILED
 from posix.stat cimport struct_stat, fstat
+from sdb_sidecar._intern cimport (sdb_intern, sdb_intern_init, sdb_intern_free, sdb_intern_clear, sdb_intern_find,
+                                  sdb_intern_find_u64, sdb_intern_insert, sdb_intern_at)
 
 cdef extern from "<sys/uio.h>" nogil:
     struct iovec:
@@ -455,6 +457,24 @@ cdef struct SlotCache:
     uint32_t memo_cap
 
 
+cdef struct StackKey:        # a stack being interned: its frame ids, leaf first
+    const uint32_t *ids
+    uint32_t n
+    uint64_t hash
+
+cdef int frame_eq(const void *entry, const void *key, const void *ctx) noexcept nogil:
+    cdef const FrameEnt *g = <const FrameEnt *>entry
+    cdef const FrameEnt *f = <const FrameEnt *>key
+    return g.iseq == f.iseq and g.pc == f.pc and g.me == f.me and g.kind == f.kind
+
+cdef int stack_eq(const void *entry, const void *key, const void *ctx) noexcept nogil:
+    """ctx: the arena holding the frame ids of the stacks"""
+    cdef const StackEnt *s = <const StackEnt *>entry
+    cdef const StackKey *k = <const StackKey *>key
+    return s.hash == k.hash and s.length == k.n and (
+        k.n == 0 or memcmp(&(<const uint32_t *>ctx)[s.off], k.ids, k.n * sizeof(uint32_t)) == 0)
+
+
 cdef inline uint64_t u64_at(const uint8_t *p, uint32_t off) noexcept nogil:
     return (<const uint64_t *>(p + off))[0]
 
@@ -687,23 +707,16 @@ cdef class Sampler:
     cdef int wake_fd                     # eventfd of the drain loop (-1: none): see set_wake_fd
     cdef int wake_sent                   # signalled since the last drain
     cdef readonly int fatal_errno      # errno that stopped the loop (ESRCH: target exited)
-    # tables
-    cdef IseqEnt *iseqs
-    cdef uint64_t iseq_cap, iseq_count
-    cdef FrameEnt *frames
-    cdef uint64_t frame_cap, frame_count, frames_drained
-    cdef uint32_t *frame_index          # open addressing: frame id + 1, 0 empty
-    cdef uint64_t frame_index_cap
-    cdef StackEnt *stacks
-    cdef uint64_t stack_cap, stack_count, stacks_drained
-    cdef uint32_t *stack_index
-    cdef uint64_t stack_index_cap
+    # tables (native/intern.c, one kind of table five times)
+    cdef sdb_intern iseqs               # IseqEnt by address: ISeqs checked in the target
+    cdef sdb_intern frames              # FrameEnt: a frame's id is its position
+    cdef uint64_t frames_drained
+    cdef sdb_intern stacks              # StackEnt (frame ids in arena): a stack's id is its position
+    cdef uint64_t stacks_drained
     cdef uint32_t *arena
     cdef uint64_t arena_cap, arena_len
-    cdef uint64_t *me_set               # open addressing set of method entries
-    cdef uint64_t me_set_cap, me_count
-    cdef TypeEnt *types                 # cref_or_me value -> imemo type (first sight: one read)
-    cdef uint64_t type_cap, type_count
+    cdef sdb_intern mes                 # method entries seen (uint64_t addresses)
+    cdef sdb_intern types               # TypeEnt: cref_or_me value -> imemo type (first sight: one read)
     cdef readonly uint64_t gc_samples   # samples taken while their thread was in GC
     cdef uint32_t gc_flags_word          # 3.1: objspace->flags and running_ec as read with the
     cdef uint64_t running_ec_word        #   stacks of this read_jobs call (gem: sdb_find_gc_words)
@@ -776,19 +789,13 @@ cdef class Sampler:
         self.cur = <FrameEnt *>malloc((max_depth + 2) * sizeof(FrameEnt))
         self.liov = <iovec *>malloc((MAX_IOV + 4) * sizeof(iovec))
         self.riov = <iovec *>malloc((MAX_IOV + 4) * sizeof(iovec))
-        self.iseq_cap = 4096
-        self.iseqs = <IseqEnt *>calloc(self.iseq_cap, sizeof(IseqEnt))
-        self.frame_index_cap = 4096
-        self.frame_index = <uint32_t *>calloc(self.frame_index_cap, sizeof(uint32_t))
-        self.stack_index_cap = 4096
-        self.stack_index = <uint32_t *>calloc(self.stack_index_cap, sizeof(uint32_t))
-        self.me_set_cap = 1024
-        self.me_set = <uint64_t *>calloc(self.me_set_cap, sizeof(uint64_t))
-        self.type_cap = 1024
-        self.types = <TypeEnt *>calloc(self.type_cap, sizeof(TypeEnt))
-        if (self.types == NULL or self.cache == NULL or self.ids == NULL
-                or self.cur == NULL or self.liov == NULL or self.riov == NULL or self.iseqs == NULL
-                or self.frame_index == NULL or self.stack_index == NULL or self.me_set == NULL):
+        if (sdb_intern_init(&self.iseqs, sizeof(IseqEnt), 4096) != 0
+                or sdb_intern_init(&self.frames, sizeof(FrameEnt), 4096) != 0
+                or sdb_intern_init(&self.stacks, sizeof(StackEnt), 4096) != 0
+                or sdb_intern_init(&self.mes, sizeof(uint64_t), 1024) != 0
+                or sdb_intern_init(&self.types, sizeof(TypeEnt), 1024) != 0
+                or self.cache == NULL or self.ids == NULL
+                or self.cur == NULL or self.liov == NULL or self.riov == NULL):
             raise MemoryError()
         # the empty stack is stack 0
         self.intern_stack(NULL, 0)
@@ -813,14 +820,12 @@ cdef class Sampler:
         free(self.cur)
         free(self.liov)
         free(self.riov)
-        free(self.iseqs)
-        free(self.frames)
-        free(self.frame_index)
-        free(self.stacks)
-        free(self.stack_index)
+        sdb_intern_free(&self.iseqs)
+        sdb_intern_free(&self.frames)
+        sdb_intern_free(&self.stacks)
         free(self.arena)
-        free(self.me_set)
-        free(self.types)
+        sdb_intern_free(&self.mes)
+        sdb_intern_free(&self.types)
         free(self.g.samples)
         free(self.g.tevts)
         free(self.g.new_iseqs)
@@ -855,15 +860,13 @@ cdef class Sampler:
     cdef void start_over(self) noexcept nogil:
         """drain(reset=True), under the mutex: the tables empty (their memory kept for reuse)."""
         cdef uint32_t i
-        self.frame_count = self.frames_drained = 0
-        memset(self.frame_index, 0, self.frame_index_cap * sizeof(uint32_t))
-        self.stack_count = self.stacks_drained = 0
-        memset(self.stack_index, 0, self.stack_index_cap * sizeof(uint32_t))
+        sdb_intern_clear(&self.frames)
+        self.frames_drained = 0
+        sdb_intern_clear(&self.stacks)
+        self.stacks_drained = 0
         self.arena_len = 0
-        memset(self.iseqs, 0, self.iseq_cap * sizeof(IseqEnt))
-        self.iseq_count = 0
-        memset(self.me_set, 0, self.me_set_cap * sizeof(uint64_t))
-        self.me_count = 0
+        sdb_intern_clear(&self.iseqs)
+        sdb_intern_clear(&self.mes)
         for i in range(self.nslots + 1):
             self.cache[i].has_prev = 0
 
@@ -876,8 +879,7 @@ cdef class Sampler:
         cdef uint32_t i
         with nogil:
             pthread_mutex_lock(&self.mu)
-            memset(self.iseqs, 0, self.iseq_cap * sizeof(IseqEnt))
-            self.iseq_count = 0
+            sdb_intern_clear(&self.iseqs)
             for i in range(self.nslots + 1):
                 self.cache[i].has_prev = 0
             pthread_mutex_unlock(&self.mu)
@@ -926,33 +928,9 @@ cdef class Sampler:
         return bytes(buf)
 
     # ------------------------------------------------------------ interning
-    cdef int iseq_lookup(self, uint64_t addr, IseqEnt **out) noexcept nogil:
-        cdef uint64_t mask = self.iseq_cap - 1
-        cdef uint64_t i = sdb_mix64(addr) & mask
-        while True:
-            if self.iseqs[i].addr == addr:
-                out[0] = &self.iseqs[i]
-                return 1
-            if self.iseqs[i].addr == 0:
-                out[0] = &self.iseqs[i]
-                return 0
-            i = (i + 1) & mask
-
-    cdef int iseq_grow(self) noexcept nogil:
-        cdef uint64_t oldcap = self.iseq_cap, i
-        cdef IseqEnt *old = self.iseqs
-        cdef IseqEnt *slot
-        self.iseqs = <IseqEnt *>calloc(oldcap * 2, sizeof(IseqEnt))
-        if self.iseqs == NULL:
-            self.iseqs = old
-            return -1
-        self.iseq_cap = oldcap * 2
-        for i in range(oldcap):
-            if old[i].addr != 0:
-                self.iseq_lookup(old[i].addr, &slot)
-                slot[0] = old[i]
-        free(old)
-        return 0
+    cdef inline IseqEnt *iseq_lookup(self, uint64_t addr) noexcept nogil:
+        """The ISeq checked at addr, NULL: none."""
+        return <IseqEnt *>sdb_intern_find_u64(&self.iseqs, sdb_mix64(addr), addr)
 
     cdef int check_iseq(self, uint64_t iseq, uint64_t pc, uint64_t now, int jit=0) noexcept nogil:
         """1 if iseq is a real ISeq of the target with pc inside it; with `jit` (a frame YJIT pushed,
@@ -965,7 +943,10 @@ cdef class Sampler:
         cdef uint8_t bb[BODY_SPAN_MAX]
         cdef uint64_t flags, body, encoded, size
         cdef uint32_t span = BODY_SPAN
-        cdef int known = self.iseq_lookup(iseq, &e)
+        cdef IseqEnt fresh
+        cdef int64_t id
+        e = self.iseq_lookup(iseq)
+        cdef int known = e != NULL
         if known and pc >= e.encoded and pc <= e.encoded + e.size * 8:
             return 1
         if known and jit and e.read_ns == now:
@@ -993,11 +974,10 @@ cdef class Sampler:
                 e.read_ns = now
                 return 2                    # the ISeq it was, its pc not kept
         if not known:
-            if (self.iseq_count + 1) * 2 > self.iseq_cap:
-                if self.iseq_grow() != 0:
-                    return 0
-                self.iseq_lookup(iseq, &e)
-            self.iseq_count += 1
+            id = sdb_intern_insert(&self.iseqs, sdb_mix64(iseq), &fresh)
+            if id < 0:
+                return 0
+            e = <IseqEnt *>sdb_intern_at(&self.iseqs, <uint64_t>id)
         e.addr = iseq
         e.encoded = encoded
         e.size = size
@@ -1020,35 +1000,11 @@ cdef class Sampler:
         return 1 if pc >= encoded and pc <= encoded + size * 8 else 2
 
     cdef void note_me(self, uint64_t me, uint64_t now) noexcept nogil:
-        cdef uint64_t mask, i, j, oldcap
-        cdef uint64_t *old
         cdef uint8_t mb[ME_SPAN]
-        if me == 0:
+        if me == 0 or sdb_intern_find_u64(&self.mes, sdb_mix64(me), me) != NULL:
             return
-        if (self.me_count + 1) * 2 > self.me_set_cap:
-            old = self.me_set
-            oldcap = self.me_set_cap
-            self.me_set = <uint64_t *>calloc(oldcap * 2, sizeof(uint64_t))
-            if self.me_set == NULL:
-                self.me_set = old
-                return
-            self.me_set_cap = oldcap * 2
-            mask = self.me_set_cap - 1
-            for j in range(oldcap):
-                if old[j] != 0:
-                    i = sdb_mix64(old[j]) & mask
-                    while self.me_set[i] != 0:
-                        i = (i + 1) & mask
-                    self.me_set[i] = old[j]
-            free(old)
-        mask = self.me_set_cap - 1
-        i = sdb_mix64(me) & mask
-        while self.me_set[i] != 0:
-            if self.me_set[i] == me:
-                return
-            i = (i + 1) & mask
-        self.me_set[i] = me
-        self.me_count += 1
+        if sdb_intern_insert(&self.mes, sdb_mix64(me), &me) < 0:
+            return
         if grow(<void **>&self.g.new_mes, &self.g.new_me_cap, self.g.new_me_len + 1, sizeof(AddrEvt)) == 0:
             self.g.new_mes[self.g.new_me_len].addr = me
             self.g.new_mes[self.g.new_me_len].at_ns = now
@@ -1061,85 +1017,40 @@ cdef class Sampler:
                 self.g.new_mes[self.g.new_me_len].klass = u64_at(mb, self.L.me_defined_class)
             self.g.new_me_len += 1
 
-    cdef inline uint64_t frame_hash(self, const FrameEnt *f) noexcept nogil:
-        return sdb_mix64(f.iseq * 31 + f.pc * 17 + f.me * 7 + f.kind + 1)
-
     cdef int64_t intern_frame(self, const FrameEnt *f) noexcept nogil:
-        cdef uint64_t mask, i, j, h, oldcap
-        cdef uint32_t id
-        cdef uint32_t *idx
-        cdef const FrameEnt *g
-        if (self.frame_count + 1) * 2 > self.frame_index_cap:
-            oldcap = self.frame_index_cap
-            idx = <uint32_t *>calloc(oldcap * 2, sizeof(uint32_t))
-            if idx == NULL:
-                return -1                   # the old index stays whole
-            free(self.frame_index)
-            self.frame_index = idx
-            self.frame_index_cap = oldcap * 2
-            mask = self.frame_index_cap - 1
-            for j in range(self.frame_count):
-                i = self.frame_hash(&self.frames[j]) & mask
-                while self.frame_index[i] != 0:
-                    i = (i + 1) & mask
-                self.frame_index[i] = <uint32_t>(j + 1)
-        mask = self.frame_index_cap - 1
-        i = self.frame_hash(f) & mask
-        while self.frame_index[i] != 0:
-            g = &self.frames[self.frame_index[i] - 1]
-            if g.iseq == f.iseq and g.pc == f.pc and g.me == f.me and g.kind == f.kind:
-                return self.frame_index[i] - 1
-            i = (i + 1) & mask
-        if grow(<void **>&self.frames, &self.frame_cap, self.frame_count + 1, sizeof(FrameEnt)) != 0:
-            return -1
-        id = <uint32_t>self.frame_count
-        self.frames[id] = f[0]
-        self.frame_count += 1
-        self.frame_index[i] = id + 1
-        return id
+        """The id of frame f (a new one the first time it is seen); -1: no memory."""
+        cdef uint64_t h = sdb_mix64(f.iseq * 31 + f.pc * 17 + f.me * 7 + f.kind + 1)
+        cdef int64_t id = sdb_intern_find(&self.frames, h, frame_eq, f, NULL)
+        if id >= 0:
+            return id
+        return sdb_intern_insert(&self.frames, h, f)
 
     cdef int64_t intern_stack(self, const uint32_t *ids, uint32_t n) noexcept nogil:
+        """The id of the stack of frames ids[0:n], leaf first (a new one the first time); -1: no memory."""
         cdef uint64_t h = 0x9e3779b97f4a7c15ULL ^ n
-        cdef uint64_t mask, i, j, oldcap
-        cdef uint32_t k, sid
-        cdef StackEnt *s
-        cdef uint32_t *idx
+        cdef uint32_t k
+        cdef int64_t sid
+        cdef StackKey key
+        cdef StackEnt ent
         for k in range(n):
             h = sdb_mix64(h ^ ids[k])
-        if (self.stack_count + 1) * 2 > self.stack_index_cap:
-            oldcap = self.stack_index_cap
-            idx = <uint32_t *>calloc(oldcap * 2, sizeof(uint32_t))
-            if idx == NULL:
-                return -1                   # the old index stays whole
-            free(self.stack_index)
-            self.stack_index = idx
-            self.stack_index_cap = oldcap * 2
-            mask = self.stack_index_cap - 1
-            for j in range(self.stack_count):
-                i = self.stacks[j].hash & mask
-                while self.stack_index[i] != 0:
-                    i = (i + 1) & mask
-                self.stack_index[i] = <uint32_t>(j + 1)
-        mask = self.stack_index_cap - 1
-        i = h & mask
-        while self.stack_index[i] != 0:
-            s = &self.stacks[self.stack_index[i] - 1]
-            if s.hash == h and s.length == n and (n == 0 or memcmp(&self.arena[s.off], ids, n * sizeof(uint32_t)) == 0):
-                return self.stack_index[i] - 1
-            i = (i + 1) & mask
-        if grow(<void **>&self.stacks, &self.stack_cap, self.stack_count + 1, sizeof(StackEnt)) != 0:
-            return -1
+        key.ids = ids
+        key.n = n
+        key.hash = h
+        sid = sdb_intern_find(&self.stacks, h, stack_eq, &key, self.arena)
+        if sid >= 0:
+            return sid
         if grow(<void **>&self.arena, &self.arena_cap, self.arena_len + n + 1, sizeof(uint32_t)) != 0:
+            return -1
+        ent.hash = h
+        ent.off = <uint32_t>self.arena_len
+        ent.length = n
+        sid = sdb_intern_insert(&self.stacks, h, &ent)
+        if sid < 0:
             return -1
         if n:
             memcpy(&self.arena[self.arena_len], ids, n * sizeof(uint32_t))
-        sid = <uint32_t>self.stack_count
-        self.stacks[sid].hash = h
-        self.stacks[sid].off = <uint32_t>self.arena_len
-        self.stacks[sid].length = n
         self.arena_len += n
-        self.stack_count += 1
-        self.stack_index[i] = sid + 1
         return sid
 
     # ------------------------------------------------------------ reading, batched
@@ -1542,20 +1453,17 @@ cdef class Sampler:
     # previous env of a block is mostly a deeper frame's, already read); heap envs (escaped
     # blocks, procs) not in the spans and the type of each ep[-2] value are read at first sight.
     cdef uint32_t value_type(self, uint64_t v, uint64_t *inner) noexcept nogil:
-        cdef uint64_t mask, i, oldcap, j
-        cdef TypeEnt *old
         cdef uint64_t buf[2]
         cdef uint32_t t
+        cdef TypeEnt ent
+        cdef const TypeEnt *known
         inner[0] = 0
         if v < 4096 or (v & 7):
             return IMEMO_NONE           # Qfalse, Qnil, special constants
-        mask = self.type_cap - 1
-        i = sdb_mix64(v) & mask
-        while self.types[i].addr != 0:
-            if self.types[i].addr == v:
-                inner[0] = self.types[i].inner
-                return self.types[i].type
-            i = (i + 1) & mask
+        known = <const TypeEnt *>sdb_intern_find_u64(&self.types, sdb_mix64(v), v)
+        if known != NULL:
+            inner[0] = known.inner
+            return known.type
         t = IMEMO_NONE
         if self.read1(v, buf, 16) == 16 and (buf[0] & 0x1f) == 0x1a:
             t = <uint32_t>((buf[0] >> 12) & 0xf)
@@ -1563,29 +1471,11 @@ cdef class Sampler:
                 inner[0] = buf[1]
         elif self.read1(v, buf, 8) != 8:
             return IMEMO_NONE           # unreadable now: not cached
-        if (self.type_count + 1) * 2 > self.type_cap:
-            old = self.types
-            oldcap = self.type_cap
-            self.types = <TypeEnt *>calloc(oldcap * 2, sizeof(TypeEnt))
-            if self.types == NULL:
-                self.types = old
-                return t
-            self.type_cap = oldcap * 2
-            mask = self.type_cap - 1
-            for j in range(oldcap):
-                if old[j].addr != 0:
-                    i = sdb_mix64(old[j].addr) & mask
-                    while self.types[i].addr != 0:
-                        i = (i + 1) & mask
-                    self.types[i] = old[j]
-            free(old)
-            i = sdb_mix64(v) & mask
-            while self.types[i].addr != 0:
-                i = (i + 1) & mask
-        self.types[i].addr = v
-        self.types[i].type = t
-        self.types[i].inner = inner[0]
-        self.type_count += 1
+        ent.addr = v
+        ent.type = t
+        ent.inner = inner[0]
+        ent.pad = 0
+        sdb_intern_insert(&self.types, sdb_mix64(v), &ent)     # not cached when memory runs out
         return t
 
     cdef inline uint64_t check_me(self, uint64_t v, int can_be_svar) noexcept nogil:
@@ -1689,9 +1579,12 @@ cdef class Sampler:
         p = &self.raw[job.frame0 + j + 1]
         if p.iseq == 0 or p.pc == 0:
             return 1
-        if not (self.iseq_lookup(r.iseq, &e) and r.pc >= e.encoded and r.pc <= e.encoded + e.size * 8):
-            if self.check_iseq(r.iseq, r.pc, job.lo_ns, self.frame_jit(job, j)) == 0 \
-                    or not self.iseq_lookup(r.iseq, &e):
+        e = self.iseq_lookup(r.iseq)
+        if not (e != NULL and r.pc >= e.encoded and r.pc <= e.encoded + e.size * 8):
+            if self.check_iseq(r.iseq, r.pc, job.lo_ns, self.frame_jit(job, j)) == 0:
+                return 0
+            e = self.iseq_lookup(r.iseq)
+            if e == NULL:
                 return 0
         if e.type != ISEQ_TYPE_METHOD or e.locals >= 65536:
             return 1
@@ -1704,7 +1597,8 @@ cdef class Sampler:
             return 1
         # the caller a method or a block (an eval's or a class body's sp may lie elsewhere: the
         # binding's env); known from this or an earlier read, else not checked
-        if not self.iseq_lookup(p.iseq, &pe) or (pe.type != ISEQ_TYPE_METHOD and pe.type != ISEQ_TYPE_BLOCK):
+        pe = self.iseq_lookup(p.iseq)
+        if pe == NULL or (pe.type != ISEQ_TYPE_METHOD and pe.type != ISEQ_TYPE_BLOCK):
             return 1
         psp = u64_at(self.rawbuf + job.raw_off, (j + 1) * self.L.cfp_size + self.L.cfp_sp)
         return r.ep == psp + (<uint64_t>e.locals + 3) * 8
@@ -2302,7 +2196,7 @@ cdef class Sampler:
         # something new to name (an ISeq, a frame's line, a method): read from the target while
         # it still holds, so wake the drain loop now rather than at its next regular drain
         wake = self.wake_fd >= 0 and not self.wake_sent and (
-            self.frame_count > self.frames_drained or self.g.new_iseq_len or self.g.new_me_len)
+            self.frames.count > self.frames_drained or self.g.new_iseq_len or self.g.new_me_len)
         if wake:
             self.wake_sent = 1
         pthread_mutex_unlock(&self.mu)
@@ -2390,18 +2284,18 @@ cdef class Sampler:
             taken = self.g
             memset(&self.g, 0, sizeof(Gathered))
             f0 = self.frames_drained
-            f1 = self.frame_count
+            f1 = self.frames.count
             fr = <FrameEnt *>malloc((f1 - f0 + 1) * sizeof(FrameEnt))
             if fr != NULL and f1 > f0:
-                memcpy(fr, &self.frames[f0], (f1 - f0) * sizeof(FrameEnt))
+                memcpy(fr, sdb_intern_at(&self.frames, f0), (f1 - f0) * sizeof(FrameEnt))
             s0 = self.stacks_drained
-            s1 = self.stack_count
+            s1 = self.stacks.count
             st = <StackEnt *>malloc((s1 - s0 + 1) * sizeof(StackEnt))
-            arena0 = self.stacks[s0].off if s1 > s0 else 0
+            arena0 = (<StackEnt *>sdb_intern_at(&self.stacks, s0)).off if s1 > s0 else 0
             arena1 = self.arena_len
             ar = <uint32_t *>malloc((arena1 - arena0 + 1) * sizeof(uint32_t))
             if st != NULL and ar != NULL and s1 > s0:
-                memcpy(st, &self.stacks[s0], (s1 - s0) * sizeof(StackEnt))
+                memcpy(st, sdb_intern_at(&self.stacks, s0), (s1 - s0) * sizeof(StackEnt))
                 memcpy(ar, &self.arena[arena0], (arena1 - arena0) * sizeof(uint32_t))
             self.frames_drained = f1
             self.stacks_drained = s1
