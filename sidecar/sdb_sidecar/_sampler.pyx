@@ -29,6 +29,7 @@ from libc.stdio cimport snprintf
 from posix.unistd cimport close as c_close
 from posix.mman cimport mmap, munmap, PROT_READ, MAP_SHARED, MAP_FAILED
 from posix.stat cimport struct_stat, fstat
+from sdb_sidecar._encode cimport sdb_sample as SampleEnt, sdb_encode_samples, sdb_encode_samples_bound
 from sdb_sidecar._intern cimport (sdb_intern, sdb_intern_init, sdb_intern_free, sdb_intern_clear, sdb_intern_find,
                                   sdb_intern_find_u64, sdb_intern_insert, sdb_intern_at)
 
@@ -65,11 +66,6 @@ cdef extern from "_sampler_util.h" nogil:
     int sdb_errno()
     int ESRCH, EPERM, EFAULT, EFBIG
     void sdb_eventfd_signal(int fd)
-    uint8_t *sdb_mp_uint(uint8_t *p, uint64_t v)
-    uint8_t *sdb_mp_int(uint8_t *p, int64_t v)
-    uint8_t *sdb_mp_array(uint8_t *p, uint64_t n)
-    uint8_t *sdb_mp_map(uint8_t *p, uint32_t n)
-    uint8_t *sdb_mp_str(uint8_t *p, const char *s)
 
 cdef extern from "sdb_registry.h" nogil:
     int SDB_REGISTRY_VERSION
@@ -308,16 +304,6 @@ cdef struct StackEnt:
     uint64_t hash
     uint32_t off
     uint32_t length
-
-cdef struct SampleEnt:
-    uint64_t t_ns
-    uint64_t serial
-    uint64_t span           # the unit of work (request, job, label) it was in, 0: none or not proven
-    uint64_t tick           # the tick that took it (the samples of one tick were read together)
-    uint32_t stack
-    uint32_t state
-    uint32_t win_us         # its frames were copied within [t_ns - win_us * 1000, t_ns] (rounded up)
-    uint32_t pad
 
 cdef struct ThreadEvt:
     uint32_t ended       # 0: seen (new, or a new name), 1: left the registry
@@ -2363,53 +2349,18 @@ cdef class Sampler:
 
 
 cdef object encode_samples_record(const SampleEnt *smp, uint64_t n):
-    """The trace's samples record for smp[0:n] (docs/trace-format.md): {"t": "samples", "base_ns",
-    "dt_ns", "thread", "stack", "state", "win_us", "span", "tick"}, encoded as msgpack.Packer encodes that dict. None if n is 0."""
+    """The trace's samples record for smp[0:n] (native/encode.c), as bytes; None if n is 0."""
     cdef uint8_t *buf
-    cdef uint8_t *p
-    cdef uint64_t i, base
+    cdef size_t length
     if n == 0:
         return None
-    buf = <uint8_t *>malloc(128 + 7 * 9 * n)    # 9 bytes at most per number
+    buf = <uint8_t *>malloc(sdb_encode_samples_bound(n))
     if buf == NULL:
         raise MemoryError()
     try:
         with nogil:
-            base = smp[0].t_ns
-            p = sdb_mp_map(buf, 9)
-            p = sdb_mp_str(p, "t")
-            p = sdb_mp_str(p, "samples")
-            p = sdb_mp_str(p, "base_ns")
-            p = sdb_mp_uint(p, base)
-            p = sdb_mp_str(p, "dt_ns")
-            p = sdb_mp_array(p, n)
-            for i in range(n):
-                p = sdb_mp_int(p, <int64_t>(smp[i].t_ns - base))
-            p = sdb_mp_str(p, "thread")
-            p = sdb_mp_array(p, n)
-            for i in range(n):
-                p = sdb_mp_uint(p, smp[i].serial)
-            p = sdb_mp_str(p, "stack")
-            p = sdb_mp_array(p, n)
-            for i in range(n):
-                p = sdb_mp_uint(p, smp[i].stack)
-            p = sdb_mp_str(p, "state")
-            p = sdb_mp_array(p, n)
-            for i in range(n):
-                p = sdb_mp_uint(p, smp[i].state)
-            p = sdb_mp_str(p, "win_us")
-            p = sdb_mp_array(p, n)
-            for i in range(n):
-                p = sdb_mp_uint(p, smp[i].win_us)
-            p = sdb_mp_str(p, "span")
-            p = sdb_mp_array(p, n)
-            for i in range(n):
-                p = sdb_mp_uint(p, smp[i].span)
-            p = sdb_mp_str(p, "tick")
-            p = sdb_mp_array(p, n)
-            for i in range(n):
-                p = sdb_mp_uint(p, smp[i].tick)
-        return (<char *>buf)[:p - buf]
+            length = sdb_encode_samples(smp, n, buf)
+        return (<char *>buf)[:length]
     finally:
         free(buf)
 
