@@ -30,15 +30,10 @@ from posix.unistd cimport close as c_close
 from posix.mman cimport mmap, munmap, PROT_READ, MAP_SHARED, MAP_FAILED
 from posix.stat cimport struct_stat, fstat
 from sdb_sidecar._encode cimport sdb_sample as SampleEnt, sdb_encode_samples, sdb_encode_samples_bound
+from sdb_sidecar._readbatch cimport (sdb_batch, sdb_batch_init, sdb_batch_free, sdb_batch_add, sdb_batch_run,
+                                     sdb_read_remote, SDB_BASE_ABS)
 from sdb_sidecar._intern cimport (sdb_intern, sdb_intern_init, sdb_intern_free, sdb_intern_clear, sdb_intern_find,
                                   sdb_intern_find_u64, sdb_intern_insert, sdb_intern_at)
-
-cdef extern from "<sys/uio.h>" nogil:
-    struct iovec:
-        void *iov_base
-        size_t iov_len
-    ssize_t process_vm_readv(pid_t pid, const iovec *local_iov, unsigned long liovcnt,
-                             const iovec *remote_iov, unsigned long riovcnt, unsigned long flags)
 
 cdef extern from "<pthread.h>" nogil:
     ctypedef struct pthread_mutex_t:
@@ -254,12 +249,16 @@ cdef enum:
     KV_SETTLE_NS = 100000000        # an unknown word is checked against procfs at most this often
     MAX_READ = 16777216        # read_memory's limit: 16 MiB
 
+cdef enum:                  # the read batch's buffers (native/readbatch.h: base 0 is an address)
+    BASE_RAW = 1
+    BASE_SPEC = 2
+    BASE_EP = 3
+
 cdef enum:
     EP_GAP = 2048           # ep spans closer than this are read as one (copying beats another iovec)
     EP_SPAN_MAX = 65536
 
 cdef enum:
-    MAX_IOV = 1024          # UIO_MAXIOV
     EC_SPAN = 64            # bytes read from the ec: covers vm_stack, size, cfp
     SPEC_FRAMES = 8         # phase 1 also reads the control frames from this many above the last cfp
     WIN_MARGIN = 1024       # ... and the ep words the last read needed in its VM stack, this much wider
@@ -383,14 +382,6 @@ cdef struct Job:            # one thread being read in this tick
     uint64_t span0          # the slot's span and span_ec when the slot was taken (before any read)
     uint64_t span_ec
     uint64_t lo_ns          # before the first read of them: they were copied within [lo_ns, read_ns]
-
-cdef struct Req:            # one remote read, queued for run_reqs
-    uint64_t addr
-    uint64_t length
-    uint64_t off
-    uint32_t area
-    uint32_t job
-    uint32_t fail           # outcome for the job when this read fails (R_OK: speculative)
 
 cdef struct Cluster:        # a span of ep words read with one iovec
     uint64_t lo
@@ -719,8 +710,7 @@ cdef class Sampler:
     # scratch, grown as needed
     cdef Job *jobs
     cdef uint64_t job_cap
-    cdef Req *reqs
-    cdef uint64_t req_cap, nreq
+    cdef sdb_batch batch                 # the reads queued for the next process_vm_readv (native/readbatch.c)
     cdef uint8_t *rawbuf
     cdef uint64_t rawbuf_cap
     cdef uint8_t *specbuf
@@ -738,8 +728,6 @@ cdef class Sampler:
     cdef uint64_t cluster_cap
     cdef uint32_t *ids
     cdef FrameEnt *cur
-    cdef iovec *liov
-    cdef iovec *riov
     # counters (read by stats())
     cdef readonly uint64_t reused                   # samples whose stack needed no read (idle since)
     cdef readonly uint64_t ticks, late, missed, total_samples, torn, retried, errors, threads_seen
@@ -773,15 +761,14 @@ cdef class Sampler:
         self.cache = <SlotCache *>calloc(self.nslots + 1, sizeof(SlotCache))
         self.ids = <uint32_t *>malloc((max_depth + 2) * sizeof(uint32_t))
         self.cur = <FrameEnt *>malloc((max_depth + 2) * sizeof(FrameEnt))
-        self.liov = <iovec *>malloc((MAX_IOV + 4) * sizeof(iovec))
-        self.riov = <iovec *>malloc((MAX_IOV + 4) * sizeof(iovec))
         if (sdb_intern_init(&self.iseqs, sizeof(IseqEnt), 4096) != 0
                 or sdb_intern_init(&self.frames, sizeof(FrameEnt), 4096) != 0
                 or sdb_intern_init(&self.stacks, sizeof(StackEnt), 4096) != 0
                 or sdb_intern_init(&self.mes, sizeof(uint64_t), 1024) != 0
                 or sdb_intern_init(&self.types, sizeof(TypeEnt), 1024) != 0
                 or self.cache == NULL or self.ids == NULL
-                or self.cur == NULL or self.liov == NULL or self.riov == NULL):
+                or sdb_batch_init(&self.batch) != 0
+                or self.cur == NULL):
             raise MemoryError()
         # the empty stack is stack 0
         self.intern_stack(NULL, 0)
@@ -799,13 +786,11 @@ cdef class Sampler:
         free(self.specbuf)
         free(self.raw)
         free(self.jobs)
-        free(self.reqs)
+        sdb_batch_free(&self.batch)
         free(self.eparena)
         free(self.clusters)
         free(self.ids)
         free(self.cur)
-        free(self.liov)
-        free(self.riov)
         sdb_intern_free(&self.iseqs)
         sdb_intern_free(&self.frames)
         sdb_intern_free(&self.stacks)
@@ -820,12 +805,7 @@ cdef class Sampler:
 
     # ------------------------------------------------------------ remote reads
     cdef inline ssize_t read1(self, uint64_t addr, void *dst, size_t n) noexcept nogil:
-        cdef iovec l, r
-        l.iov_base = dst
-        l.iov_len = n
-        r.iov_base = <void *>addr
-        r.iov_len = n
-        return process_vm_readv(self.pid, &l, 1, &r, 1, 0)
+        return sdb_read_remote(self.pid, addr, dst, n)
 
     def use_task_dir(self, str path):
         """The procfs directory whose entries are the target's threads by the tids its registry holds:
@@ -1052,83 +1032,49 @@ cdef class Sampler:
     #   4. (no reads) checks, interning, one sample per thread.
     cdef inline void add_req(self, uint64_t addr, uint64_t length, uint32_t area, uint64_t off,
                              uint32_t job, uint32_t fail) noexcept nogil:
-        cdef Req *r
-        if grow(<void **>&self.reqs, &self.req_cap, self.nreq + 1, sizeof(Req)) != 0:
-            self.jobs[job].result = R_TORN
-            return
-        r = &self.reqs[self.nreq]
-        self.nreq += 1
-        r.addr = addr
-        r.length = length
-        r.area = area
-        r.off = off
-        r.job = job
-        r.fail = fail
-
-    cdef inline void *req_dst(self, const Req *r) noexcept nogil:
-        if r.area == AREA_RAW:
-            return self.rawbuf + r.off
-        if r.area == AREA_SPEC:
-            return self.specbuf + r.off
-        if r.area == AREA_EP or r.area == AREA_WIN:
-            return self.eparena + r.off
-        if r.area == AREA_JOB_EC:
-            return &self.jobs[r.job].ec
-        if r.area == AREA_JOB_HDR:
-            return self.jobs[r.job].hdr
-        if r.area == AREA_JOB_TH:
-            return self.jobs[r.job].th
-        if r.area == AREA_GC_FLAGS:
-            return &self.gc_flags_word
-        if r.area == AREA_RUNNING_EC:
-            return &self.running_ec_word
-        return &self.jobs[r.job].cfp2
+        """Queue a read for job: its bytes go to `area` (AREA_*) at off; when it fails, the job's
+        result becomes `fail` (R_OK: a speculative read, nothing)."""
+        cdef Job *jb = &self.jobs[job]
+        cdef uint32_t base = SDB_BASE_ABS
+        cdef uint32_t *done = NULL
+        if area == AREA_RAW:
+            base = BASE_RAW
+        elif area == AREA_SPEC:
+            base = BASE_SPEC
+            done = &jb.spec_ok
+        elif area == AREA_EP or area == AREA_WIN:
+            base = BASE_EP
+            if area == AREA_WIN:
+                done = &jb.win_ok
+        elif area == AREA_JOB_EC:
+            off = <uint64_t>&jb.ec
+        elif area == AREA_JOB_HDR:
+            off = <uint64_t>jb.hdr
+            done = &jb.hdr_ok
+        elif area == AREA_JOB_TH:
+            off = <uint64_t>jb.th
+        elif area == AREA_GC_FLAGS:
+            off = <uint64_t>&self.gc_flags_word
+            done = &self.gc_words_read
+        elif area == AREA_RUNNING_EC:
+            off = <uint64_t>&self.running_ec_word
+            done = &self.gc_words_read
+        else:
+            off = <uint64_t>&jb.cfp2
+            done = &jb.cfp2_ok
+        if sdb_batch_add(&self.batch, addr, length, base, off, &jb.result, <int>fail, done) != 0:
+            jb.result = R_TORN
 
     cdef int run_reqs(self) noexcept nogil:
-        """Issue the queued reads, MAX_IOV at a time. A read that fails marks its job with the
-        request's `fail` outcome (speculative reads fail silently). -1: the target is gone."""
-        cdef uint64_t i = 0, n = self.nreq, cnt, k
-        cdef ssize_t got
+        """Issue the queued reads (native/readbatch.c). -1: the target is gone (fatal_errno says why)."""
         cdef int e
-        cdef Req *r
-        while i < n:
-            cnt = n - i if n - i < MAX_IOV else MAX_IOV
-            for k in range(cnt):
-                r = &self.reqs[i + k]
-                self.liov[k].iov_base = self.req_dst(r)
-                self.liov[k].iov_len = r.length
-                self.riov[k].iov_base = <void *>r.addr
-                self.riov[k].iov_len = r.length
-            got = process_vm_readv(self.pid, self.liov, cnt, self.riov, cnt, 0)
-            if got < 0:
-                e = sdb_errno()
-                if e == ESRCH or e == EPERM:
-                    self.fatal_errno = e
-                    self.nreq = 0
-                    return -1
-                got = 0
-            k = 0
-            while k < cnt and <uint64_t>got >= self.reqs[i + k].length:
-                got -= self.reqs[i + k].length
-                if self.reqs[i + k].area == AREA_JOB_HDR:
-                    self.jobs[self.reqs[i + k].job].hdr_ok = 1
-                elif self.reqs[i + k].area == AREA_SPEC:
-                    self.jobs[self.reqs[i + k].job].spec_ok = 1
-                elif self.reqs[i + k].area == AREA_WIN:
-                    self.jobs[self.reqs[i + k].job].win_ok = 1
-                elif self.reqs[i + k].area == AREA_JOB_CFP2:
-                    self.jobs[self.reqs[i + k].job].cfp2_ok = 1
-                elif self.reqs[i + k].area == AREA_GC_FLAGS or self.reqs[i + k].area == AREA_RUNNING_EC:
-                    self.gc_words_read += 1
-                k += 1
-            if k < cnt:                     # request i+k failed: skip it, go on after it
-                r = &self.reqs[i + k]
-                if r.fail != R_OK and self.jobs[r.job].result == R_OK:
-                    self.jobs[r.job].result = r.fail
-                i += k + 1
-            else:
-                i += cnt
-        self.nreq = 0
+        self.batch.bases[BASE_RAW] = self.rawbuf
+        self.batch.bases[BASE_SPEC] = self.specbuf
+        self.batch.bases[BASE_EP] = self.eparena
+        e = sdb_batch_run(&self.batch, self.pid)
+        if e != 0:
+            self.fatal_errno = e
+            return -1
         return 0
 
     cdef int read_jobs(self, uint32_t first, uint32_t n) noexcept nogil:
@@ -1224,7 +1170,7 @@ cdef class Sampler:
                 job.spec_ok = 0             # what phase 1 read was another ec's (or its header failed)
                 job.win_ok = 0
                 self.add_req(job.ec, EC_SPAN, AREA_JOB_HDR, 0, j, R_GONE)
-        if self.nreq and self.run_reqs() != 0:
+        if self.batch.n and self.run_reqs() != 0:
             return -1
         if runnable > 1:
             # several runnable threads (Ruby 3.1): the kernel tells who runs and who waits for the GVL.
@@ -1296,7 +1242,7 @@ cdef class Sampler:
                     self.spec_hits += 1
                 else:
                     self.add_req(job.cfp, job.nf * <uint64_t>self.L.cfp_size, AREA_RAW, job.raw_off, j, R_TORN)
-        if self.nreq and self.run_reqs() != 0:
+        if self.batch.n and self.run_reqs() != 0:
             return -1
         # the sample's time, taken once its frames were copied: never earlier than what they show (an
         # ISeq born just before the read, named by eBPF from its birth, must not be looked up at a time
@@ -1421,7 +1367,7 @@ cdef class Sampler:
                     if not cl.preread:
                         self.add_req(cl.lo, cl.hi - cl.lo, AREA_EP, cl.arena_off, j, R_TORN)
                 self.add_req(job.ec + self.L.ec_cfp, 8, AREA_JOB_CFP2, 0, j, R_TORN)
-            if self.nreq and self.run_reqs() != 0:
+            if self.batch.n and self.run_reqs() != 0:
                 return -1
         else:
             self.phase3_skips += 1
