@@ -32,6 +32,9 @@ from posix.stat cimport struct_stat, fstat
 from sdb_sidecar._encode cimport sdb_sample as SampleEnt, sdb_encode_samples, sdb_encode_samples_bound
 from sdb_sidecar._readbatch cimport (sdb_batch, sdb_batch_init, sdb_batch_free, sdb_batch_add, sdb_batch_run,
                                      sdb_read_remote, SDB_BASE_ABS)
+from sdb_sidecar._tstate cimport (sdb_tstate, sdb_kview, sdb_kernel_state, sdb_switch_ins, sdb_tstate_close,
+                                  sdb_state_from_status, sdb_kv_holds, sdb_kv_settle,
+                                  SDB_KV_ON_CPU as KV_ON_CPU, SDB_KV_UNKNOWN as KV_UNKNOWN)
 from sdb_sidecar._intern cimport (sdb_intern, sdb_intern_init, sdb_intern_free, sdb_intern_clear, sdb_intern_find,
                                   sdb_intern_find_u64, sdb_intern_insert, sdb_intern_at)
 
@@ -228,7 +231,7 @@ cdef enum:
     STATE_RUNNING = 1
     STATE_GVL_WAIT = 2
     STATE_BLOCKED = 3
-    STATE_ENDED = 0xfe      # the sidecar's own (never in a sample): Ruby 3.1's th->status is KILLED
+    STATE_ENDED = 0xfe      # the sidecar's own (never in a sample): Ruby 3.1's th->status is KILLED (tstate.h)
 
 cdef enum:
     AREA_RAW = 0
@@ -244,9 +247,6 @@ cdef enum:
 
 cdef enum:
     KSTATE_REFRESH_NS = 20000000
-    KV_ON_CPU = 1                   # the kernel view's word (bpf/thread_switches.c): tid << 32 |
-    KV_UNKNOWN = 2                  #   switch-ins << 2 | these two bits
-    KV_SETTLE_NS = 100000000        # an unknown word is checked against procfs at most this often
     MAX_READ = 16777216        # read_memory's limit: 16 MiB
 
 cdef enum:                  # the read batch's buffers (native/readbatch.h: base 0 is an address)
@@ -400,17 +400,7 @@ cdef struct Gathered:       # what the loop gathered since the last drain: hande
     uint64_t new_me_cap, new_me_len
 
 cdef struct SlotCache:
-    int stat_fd             # /proc/<pid>/task/<tid>/stat, opened when first needed; 0: not open
-    int kstate              # its last state letter (0: none yet)
-    int sched_fd            # /proc/<pid>/task/<tid>/schedstat (Ruby 3.1's idle reuse); 0: not open, -1: never
-    uint32_t asleep         # 3.1: the last read was of a thread the kernel had asleep throughout it,
-    uint32_t asleep_state   #   blocked or waiting for the GVL (this state): its switch-in count was
-    uint64_t switch_ins     #   this. While the count stays, the thread ran nothing: same stack.
-    uint32_t was_idle       # the last read found the thread idle: check for sleep around the next one
-    uint32_t kv_tid         # 3.1, kernel view: the thread registered in it (0: none), and the word it
-    uint64_t kv_word        #   had before the last read, if that read was taken off CPU (see kv_*)
-    uint32_t kv_failed      #   1: another live thread holds its slot of the view: procfs for this one
-    uint64_t kv_probe_ns    #   when its unknown word was last checked against procfs (kv_settle)
+    sdb_tstate ts           # what the kernel showed of its thread (3.1: native/tstate.c)
     uint32_t idle_word      # the slot's state word before the last read, when that read was of
     uint32_t idle_valid     #   an idle thread (blocked / waiting for the GVL): 1
     uint64_t kstate_ns      # when it was read
@@ -699,8 +689,7 @@ cdef class Sampler:
     cdef uint64_t running_ec_word        #   stacks of this read_jobs call (gem: sdb_find_gc_words)
     cdef uint32_t gc_words_read          #   how many of the two reads succeeded
     cdef Gathered g                      # outputs since the last drain
-    cdef uint64_t *kv                    # 3.1: the kernel view (kview.py), NULL without it
-    cdef uint32_t kv_mask
+    cdef sdb_kview kv                    # 3.1: the kernel view (kview.py), words NULL without it
     # per slot
     cdef SlotCache *cache
     cdef uint32_t nslots
@@ -777,7 +766,7 @@ cdef class Sampler:
         cdef uint32_t i
         if self.cache != NULL:
             for i in range(self.nslots + 1):
-                self.close_stat(&self.cache[i])
+                sdb_tstate_close(&self.cache[i].ts)
                 free(self.cache[i].prev)
                 free(self.cache[i].prev_ids)
                 free(self.cache[i].memo)
@@ -858,13 +847,13 @@ cdef class Sampler:
         if slots & (slots - 1):
             raise ValueError("the kernel view's slot count must be a power of two")
         pthread_mutex_lock(&self.mu)
-        self.kv = <uint64_t *>address
-        self.kv_mask = slots - 1 if address else 0
+        self.kv.words = <uint64_t *>address
+        self.kv.mask = slots - 1 if address else 0
         for i in range(self.nslots + 1):
-            self.cache[i].kv_tid = 0
-            self.cache[i].kv_failed = 0
-            self.cache[i].kv_probe_ns = 0
-            self.cache[i].asleep = 0
+            self.cache[i].ts.kv_tid = 0
+            self.cache[i].ts.kv_failed = 0
+            self.cache[i].ts.kv_probe_ns = 0
+            self.cache[i].ts.asleep = 0
         pthread_mutex_unlock(&self.mu)
 
     @property
@@ -1183,12 +1172,12 @@ cdef class Sampler:
                         # the kernel view: on a CPU, it runs; off, it waits (for the GVL, or the CPU)
                         job.state = STATE_RUNNING if job.kv0 & KV_ON_CPU else STATE_GVL_WAIT
                         continue
-                    if self.tick_ns - c.kstate_ns >= KSTATE_REFRESH_NS or c.kstate == 0:
+                    if self.tick_ns - c.ts.kstate_ns >= KSTATE_REFRESH_NS or c.ts.kstate == 0:
                         # a thread's kernel state changes at GVL hand-offs (a 100 ms time slice
                         # under contention): re-read it at most every 20 ms
-                        c.kstate = self.kernel_state(c, job.tid)
-                        c.kstate_ns = self.tick_ns
-                    k = c.kstate
+                        c.ts.kstate = sdb_kernel_state(&c.ts, self.task_dir, job.tid)
+                        c.ts.kstate_ns = self.tick_ns
+                    k = c.ts.kstate
                     job.state = STATE_UNKNOWN if k == 0 else (STATE_RUNNING if k == 82 else STATE_GVL_WAIT)  # 'R'
         for j in range(first, first + n):
             job = &self.jobs[j]
@@ -1743,81 +1732,6 @@ cdef class Sampler:
     # the kernel had the thread asleep throughout (count c, state letter S or D, then the stack,
     # then the count still c) is its stack for as long as the count stays c: it cannot run Ruby
     # code without being switched in. That costs one pread per tick instead of a stack read.
-    cdef ssize_t task_file(self, int *fd, uint32_t tid, const char *name, char *buf, size_t cap) noexcept nogil:
-        """<task_dir>/<tid>/<name> read into buf (the file stays open in *fd: fd + 1, 0 not yet
-        open, -1 never). Returns the bytes read, <= 0 when it cannot be read."""
-        cdef char path[320]
-        if fd[0] == 0:
-            if self.task_dir[0] == 0:
-                fd[0] = -1
-                return 0
-            snprintf(path, sizeof(path), "%s/%u/%s", self.task_dir, tid, name)
-            fd[0] = c_open(path, O_RDONLY | O_CLOEXEC) + 1
-            if fd[0] <= 0:
-                fd[0] = -1                     # never again for this thread
-        if fd[0] <= 0:
-            return 0
-        return pread(fd[0] - 1, buf, cap - 1, 0)
-
-    cdef uint64_t switch_ins(self, SlotCache *c, uint32_t tid) noexcept nogil:
-        """The thread's switch-in count (schedstat's third field); 0 when unknown."""
-        cdef char buf[128]
-        cdef ssize_t n = self.task_file(&c.sched_fd, tid, "schedstat", buf, sizeof(buf))
-        cdef int i, field = 0
-        cdef uint64_t v = 0
-        if n <= 0:
-            return 0
-        for i in range(<int>n):
-            if buf[i] == 32:
-                field += 1
-            elif field == 2 and buf[i] >= 48 and buf[i] <= 57:
-                v = v * 10 + <uint64_t>(buf[i] - 48)
-        return v
-
-    cdef int kv_holds(self, SlotCache *c, uint32_t tid, uint64_t *word) noexcept nogil:
-        """1 when the kernel view holds thread tid (registered now if need be: its word then reads
-        unknown until the thread's next switch), with its word in *word. 0: no view, or another live
-        thread holds the slot."""
-        cdef uint64_t *w
-        cdef uint64_t v
-        cdef uint32_t owner, i
-        if self.kv == NULL or c.kv_failed or tid == 0:
-            return 0
-        w = &self.kv[tid & self.kv_mask]
-        v = sdb_load_acquire_u64(w)
-        word[0] = v
-        if c.kv_tid == tid and (v >> 32) == tid:
-            return 1
-        owner = <uint32_t>(v >> 32)
-        if owner != 0 and owner != tid:
-            for i in range(self.hwm):
-                if self.cache[i].kv_tid == owner and &self.cache[i] != c:
-                    c.kv_failed = 1          # a live thread of ours holds it: procfs for this one
-                    return 0
-        word[0] = (<uint64_t>tid << 32) | KV_UNKNOWN
-        sdb_store_release_u64(w, word[0])
-        c.kv_tid = tid
-        c.kv_probe_ns = 0
-        c.asleep = 0
-        return 1
-
-    cdef uint64_t kv_settle(self, SlotCache *c, uint32_t tid, uint64_t word) noexcept nogil:
-        """A registered thread's word says unknown until its next switch, which a thread asleep for
-        good never makes. Ask procfs (at most every KV_SETTLE_NS): switch-in count, state letter S or D,
-        count again unchanged: it was off CPU then, and if the word is still the one read before (the
-        program wrote nothing since), it becomes "off CPU" (a compare-and-swap: a switch meanwhile wins).
-        Returns the word as it is now."""
-        cdef uint64_t n1
-        cdef int letter
-        if self.tick_ns - c.kv_probe_ns < KV_SETTLE_NS:
-            return word
-        c.kv_probe_ns = self.tick_ns
-        n1 = self.switch_ins(c, tid)
-        letter = self.kernel_state(c, tid)
-        if n1 != 0 and (letter == 83 or letter == 68) and self.switch_ins(c, tid) == n1:    # 'S', 'D'
-            sdb_cas_u64(&self.kv[tid & self.kv_mask], word, word & ~(<uint64_t>(KV_UNKNOWN | KV_ON_CPU)))
-        return sdb_load_acquire_u64(&self.kv[tid & self.kv_mask])
-
     cdef int still_asleep(self, Job *job) noexcept nogil:
         """3.1: 1 when the thread's last read was taken asleep and procfs says it has not been
         switched in since (job.state is then that read's state); 2 when the kernel view says so (a
@@ -1830,27 +1744,27 @@ cdef class Sampler:
         job.kv_used = 0
         if job.state != STATE_UNKNOWN or not self.th_len or not c.has_prev:
             return 0                         # Ruby >= 3.2 (the gem's run count does this), or no stack yet
-        if self.kv_holds(c, job.tid, &now_count):
+        if sdb_kv_holds(&self.kv, &c.ts, job.tid, &now_count, &self.cache[0].ts, sizeof(SlotCache), self.hwm):
             # the kernel view: a thread read blocked and off CPU whose word is unchanged was not put
             # on a CPU since, unless the view missed the switch: kv_confirm checks th->status
             if now_count & KV_UNKNOWN:
-                now_count = self.kv_settle(c, job.tid, now_count)
+                now_count = sdb_kv_settle(&self.kv, &c.ts, self.task_dir, job.tid, now_count, self.tick_ns)
             job.kv0 = now_count
             job.kv_used = 1
-            if c.asleep and now_count == c.kv_word:
+            if c.ts.asleep and now_count == c.ts.kv_word:
                 return 2        # a candidate: kv_confirm reads th->status before the stack is reused
-            c.asleep = 0
+            c.ts.asleep = 0
             return 0
-        if not c.asleep and not c.was_idle:
+        if not c.ts.asleep and not c.ts.was_idle:
             return 0                         # running last time: read it, no syscalls spent on it
-        now_count = self.switch_ins(c, job.tid)
-        if c.asleep and now_count != 0 and now_count == c.switch_ins:
-            job.state = c.asleep_state
+        now_count = sdb_switch_ins(&c.ts, self.task_dir, job.tid)
+        if c.ts.asleep and now_count != 0 and now_count == c.ts.switch_ins:
+            job.state = c.ts.asleep_state
             return 1
-        c.asleep = 0
+        c.ts.asleep = 0
         if now_count != 0:
             job.switch_ins0 = now_count
-            job.letter0 = self.kernel_state(c, job.tid)
+            job.letter0 = sdb_kernel_state(&c.ts, self.task_dir, job.tid)
         return 0
 
     cdef void note_asleep(self, Job *job) noexcept nogil:
@@ -1858,8 +1772,8 @@ cdef class Sampler:
         cdef int idle = job.result == R_OK and (job.state == STATE_BLOCKED or job.state == STATE_GVL_WAIT)
         if not job.from_status:
             return
-        c.was_idle = idle
-        c.asleep = 0
+        c.ts.was_idle = idle
+        c.ts.asleep = 0
         if job.kv_used:
             # off CPU (and known) before the read, and not put on a CPU until after it: the stack read
             # is the thread's stack until its word changes. Only for a thread the VM has blocked
@@ -1869,16 +1783,16 @@ cdef class Sampler:
             # unchanged; a blocked one first sets th->status RUNNABLE, which kv_confirm reads.
             if (job.result == R_OK and job.state == STATE_BLOCKED
                     and (job.kv0 & (KV_ON_CPU | KV_UNKNOWN)) == 0
-                    and sdb_load_acquire_u64(&self.kv[job.tid & self.kv_mask]) == job.kv0):
-                c.asleep = 1
-                c.asleep_state = job.state
-                c.kv_word = job.kv0
+                    and sdb_load_acquire_u64(&self.kv.words[job.tid & self.kv.mask]) == job.kv0):
+                c.ts.asleep = 1
+                c.ts.asleep_state = job.state
+                c.ts.kv_word = job.kv0
             return
         if idle and job.switch_ins0 != 0 and (job.letter0 == 83 or job.letter0 == 68) \
-                and self.switch_ins(c, job.tid) == job.switch_ins0:       # 'S', 'D'
-            c.asleep = 1
-            c.asleep_state = job.state
-            c.switch_ins = job.switch_ins0
+                and sdb_switch_ins(&c.ts, self.task_dir, job.tid) == job.switch_ins0:       # 'S', 'D'
+            c.ts.asleep = 1
+            c.ts.asleep_state = job.state
+            c.ts.switch_ins = job.switch_ins0
 
     # ------------------------------------------------------------ one tick
     cdef void thread_event(self, const sdb_slot *copy, uint32_t ended, uint64_t serial, uint64_t now) noexcept nogil:
@@ -1899,41 +1813,10 @@ cdef class Sampler:
             e.name[63] = 0
 
     cdef uint32_t state_from_status(self, Job *job) noexcept nogil:
-        """Ruby 3.1: the VM's status says blocked (sleep, IO, a lock, a queue: THREAD_STOPPED*) or
-        runnable (RUNNING here; read_jobs asks the kernel which runnable thread waits for the GVL)."""
-        cdef uint32_t st = (job.th[self.L.thread_status - self.th_lo] >> self.L.thread_status_shift) \
-            & self.L.thread_status_mask
-        if st == 1 or st == 2:
-            return STATE_BLOCKED
-        if st == 3:
-            return STATE_ENDED                  # THREAD_KILLED: it ended (any way: return, raise, kill)
-        return STATE_RUNNING if st == 0 else STATE_UNKNOWN      # runnable: refined by the kernel view
-
-    cdef int kernel_state(self, SlotCache *c, uint32_t tid) noexcept nogil:
-        """The state letter of /proc/<pid>/task/<tid>/stat (0 when unknown); the file stays open."""
-        cdef char buf[256]
-        cdef ssize_t n = self.task_file(&c.stat_fd, tid, "stat", buf, sizeof(buf))
-        cdef int i
-        if n <= 0:
-            return 0
-        i = <int>n - 1
-        while i > 0 and buf[i] != 41:          # the last ')': comm may hold anything
-            i -= 1
-        return buf[i + 2] if i > 0 and i + 2 < n else 0
-
-    cdef void close_stat(self, SlotCache *c) noexcept nogil:
-        if c.stat_fd > 0:
-            c_close(c.stat_fd - 1)
-        if c.sched_fd > 0:
-            c_close(c.sched_fd - 1)
-        c.stat_fd = 0
-        c.sched_fd = 0
-        c.kstate = 0
-        c.asleep = 0
-        c.was_idle = 0
-        c.kv_tid = 0
-        c.kv_failed = 0
-        c.kv_probe_ns = 0
+        """Ruby 3.1: the state th->status says (native/tstate.c); read_jobs asks the kernel which
+        runnable thread waits for the GVL."""
+        return sdb_state_from_status((job.th[self.L.thread_status - self.th_lo] >> self.L.thread_status_shift)
+                                     & self.L.thread_status_mask)
 
     cdef int take_slot(self, uint32_t idx, uint64_t now, Job *job) noexcept nogil:
         """Copies slot idx under its seqlock into job; thread events on changes. 0: nothing to sample."""
@@ -1960,12 +1843,12 @@ cdef class Sampler:
                 self.thread_event(NULL, 1, c.serial, now)
                 c.serial = 0
                 c.has_prev = 0
-                self.close_stat(c)
+                sdb_tstate_close(&c.ts)
             return 0
         if c.serial != copy.serial:
             if c.serial != 0:
                 self.thread_event(NULL, 1, c.serial, now)
-                self.close_stat(c)
+                sdb_tstate_close(&c.ts)
             c.serial = copy.serial
             c.gen = g1
             c.ec = 0
@@ -2000,7 +1883,7 @@ cdef class Sampler:
         c.ended_serial = c.serial
         c.serial = 0
         c.has_prev = 0
-        self.close_stat(c)
+        sdb_tstate_close(&c.ts)
 
     cdef int kv_confirm(self, uint32_t n, uint64_t now) noexcept nogil:
         """3.1, the kernel view: jobs[:n] hold candidates (kv_cand), threads read blocked last time
@@ -2023,15 +1906,15 @@ cdef class Sampler:
             if job.kv_cand:
                 job.kv_cand = 0
                 c = &self.cache[job.slot]
-                word = sdb_load_acquire_u64(&self.kv[job.tid & self.kv_mask])
+                word = sdb_load_acquire_u64(&self.kv.words[job.tid & self.kv.mask])
                 if (job.result == R_OK and self.state_from_status(job) == STATE_BLOCKED
-                        and u64_at(job.th, self.L.thread_ec - self.th_lo) == c.ec and word == c.kv_word):
-                    job.state = c.asleep_state
+                        and u64_at(job.th, self.L.thread_ec - self.th_lo) == c.ec and word == c.ts.kv_word):
+                    job.state = c.ts.asleep_state
                     if self.emit(job, c.prev_stack, now, now, c.ec) != R_OK:
                         return -1
                     self.reused += 1
                     continue
-                c.asleep = 0
+                c.ts.asleep = 0
                 job.result = R_OK
             if m != j:
                 self.jobs[m] = self.jobs[j]

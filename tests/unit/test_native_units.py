@@ -29,7 +29,7 @@ def test_native_unit(unit, tmp_path):
     exe = tmp_path / f"test_{unit}"
     build = subprocess.run([CC, "-std=gnu11", "-O1", "-g", "-Wall", "-Werror", "-fsanitize=address,undefined",
                             f"-I{NATIVE}", f"-I{REPO / 'gem' / 'ext' / 'sdb'}", f"-I{TESTS}",
-                            "-o", str(exe), str(TESTS / f"test_{unit}.c"), str(NATIVE / f"{unit}.c")],
+                            "-pthread", "-o", str(exe), str(TESTS / f"test_{unit}.c"), str(NATIVE / f"{unit}.c")],
                            capture_output=True, text=True, timeout=120)
     assert build.returncode == 0, build.stderr
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
