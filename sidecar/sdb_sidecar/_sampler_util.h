@@ -11,6 +11,13 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Constants the sampler's Cython modules share (64-bit: no Cython enum holds them). */
+#define SDB_NO_EP 0xffffffffffffffffULL         /* a frame whose ep words were not read */
+#define SDB_TYPE_UNREAD 0xffffffffU            /* an ISeq whose type was not read */
+/* Every address taken from the target is below this (x86-64 user space, 5-level paging included)
+ * before any arithmetic on it: far from 2**64, so `a + span` never wraps. */
+#define SDB_ADDR_MAX 0x0100000000000000ULL
+
 static inline uint64_t sdb_load_acquire_u64(const volatile uint64_t *p)
 {
     return __atomic_load_n((const uint64_t *)p, __ATOMIC_ACQUIRE);
