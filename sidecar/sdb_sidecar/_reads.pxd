@@ -6,7 +6,12 @@ from posix.types cimport pid_t
 from sdb_sidecar._util cimport *
 from sdb_sidecar._types cimport *
 from sdb_sidecar._registry cimport Registry, sdb_layout, sdb_slot, sdb_header
-from sdb_sidecar._readbatch cimport sdb_batch, sdb_batch_add, sdb_read_remote, SDB_BASE_ABS
+from sdb_sidecar._readbatch cimport sdb_batch, sdb_batch_add, sdb_batch_read1, SDB_BASE_ABS
+
+
+cdef struct Tapped:
+    uint64_t *v
+    uint64_t len, cap
 
 
 cdef class Reads:
@@ -41,9 +46,10 @@ cdef class Reads:
     cdef uint64_t cluster_cap
     cdef readonly uint64_t spec_hits     # threads whose frames phase 1 read speculatively (no phase 2)
     cdef readonly uint64_t phase3_skips  # reads that phase 1 completed (frames, ep words, cfp again)
+    cdef Tapped tapped                   # record_reads: (address, length) of every read since
 
     cdef inline ssize_t read1(self, uint64_t addr, void *dst, size_t n) noexcept nogil:
-        return sdb_read_remote(self.pid, addr, dst, n)
+        return sdb_batch_read1(&self.batch, self.pid, addr, dst, n)
 
     # A tick reads every thread in the same few process_vm_readv calls: on this
     # kind of machine a call costs ~2 us and each remote iovec ~0.35 us, so the

@@ -12,6 +12,14 @@ from sdb_sidecar._registry cimport layout_problem
 from sdb_sidecar._registry import RegistryError
 
 
+cdef void tap_read(void *ctx, uint64_t addr, uint64_t length) noexcept nogil:
+    cdef Tapped *t = <Tapped *>ctx
+    if grow(<void **>&t.v, &t.cap, t.len + 2, sizeof(uint64_t)) == 0:
+        t.v[t.len] = addr
+        t.v[t.len + 1] = length
+        t.len += 2
+
+
 cdef class Reads:
     def __cinit__(self, Registry reg, int pid, double rate_hz=1000.0, int max_depth=2048):
         reg.check()                     # raises RegistryError: sizes checked once
@@ -51,6 +59,21 @@ cdef class Reads:
         sdb_batch_free(&self.batch)
         free(self.eparena)
         free(self.clusters)
+        free(self.tapped.v)
+
+    def record_reads(self, bint on):
+        """For tests: note the address and length of every read that succeeds from now on (off: stop,
+        and forget them). tests/support/memimage.py saves a memory image of what a tick read."""
+        self.tapped.len = 0
+        self.batch.tap = NULL
+        self.batch.tap_ctx = NULL
+        if on:
+            self.batch.tap = tap_read
+            self.batch.tap_ctx = &self.tapped
+
+    def recorded_reads(self):
+        """[(address, length)] of the reads noted since record_reads(True), in order."""
+        return [(self.tapped.v[i], self.tapped.v[i + 1]) for i in range(0, self.tapped.len, 2)]
 
     cdef int run_reqs(self) noexcept nogil:
         """Issue the queued reads (native/readbatch.c). -1: the target is gone (fatal_errno says why)."""

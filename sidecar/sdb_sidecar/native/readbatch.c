@@ -86,6 +86,8 @@ int sdb_batch_run(sdb_batch *b, pid_t pid)
             got -= (ssize_t)b->reqs[i + k].length;
             if (b->reqs[i + k].done != NULL)
                 (*b->reqs[i + k].done)++;
+            if (b->tap != NULL)
+                b->tap(b->tap_ctx, b->reqs[i + k].addr, b->reqs[i + k].length);
             k++;
         }
         if (k < cnt) {                  /* request i+k failed: skip it, go on after it */
@@ -105,4 +107,12 @@ ssize_t sdb_read_remote(pid_t pid, uint64_t addr, void *dst, size_t n)
 {
     struct iovec l = {dst, n}, r = {(void *)(uintptr_t)addr, n};
     return process_vm_readv(pid, &l, 1, &r, 1, 0);
+}
+
+ssize_t sdb_batch_read1(const sdb_batch *b, pid_t pid, uint64_t addr, void *dst, size_t n)
+{
+    ssize_t got = sdb_read_remote(pid, addr, dst, n);
+    if (got > 0 && b->tap != NULL)
+        b->tap(b->tap_ctx, addr, (uint64_t)got);
+    return got;
 }

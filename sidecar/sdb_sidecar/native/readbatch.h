@@ -31,11 +31,17 @@ typedef struct sdb_req {
     uint32_t *done;                 /* incremented when the read succeeds (NULL: none) */
 } sdb_req;
 
+/* Told of every read that succeeded: its address and length (a test records what a tick reads to
+ * save a memory image of it: tests/support/memimage.py). */
+typedef void (*sdb_read_tap)(void *ctx, uint64_t addr, uint64_t length);
+
 typedef struct sdb_batch {
     sdb_req *reqs;
     uint64_t n, cap;
     uint8_t *bases[SDB_BASES];
     struct iovec *liov, *riov;
+    sdb_read_tap tap;               /* NULL: none */
+    void *tap_ctx;
 } sdb_batch;
 
 int sdb_batch_init(sdb_batch *b);                 /* 0, or -1: no memory */
@@ -48,5 +54,7 @@ int sdb_batch_add(sdb_batch *b, uint64_t addr, uint64_t length, uint32_t base, u
 int sdb_batch_run(sdb_batch *b, pid_t pid);
 /* One read now: the bytes read, or -1 (errno set). */
 ssize_t sdb_read_remote(pid_t pid, uint64_t addr, void *dst, size_t n);
+/* The same, told to the batch's tap. */
+ssize_t sdb_batch_read1(const sdb_batch *b, pid_t pid, uint64_t addr, void *dst, size_t n);
 
 #endif
