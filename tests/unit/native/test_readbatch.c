@@ -117,8 +117,42 @@ static void one_read_reads_now(void)
     CHECK(sdb_read_remote(getpid(), unmapped_address(), &dst, 8) == -1 && errno == EFAULT);
 }
 
+struct taps { uint64_t addr[8], len[8]; int n; };
+static void note(void *ctx, uint64_t addr, uint64_t length)
+{
+    struct taps *t = ctx;
+    if (t->n < 8) {
+        t->addr[t->n] = addr;
+        t->len[t->n] = length;
+    }
+    t->n++;
+}
+
+static void the_tap_is_told_of_every_read_that_succeeded(void)
+{
+    static const uint64_t a = 1, c = 3;
+    uint64_t dst[3];
+    int result = 0;
+    struct taps t = {{0}, {0}, 0};
+    sdb_batch b;
+    CHECK(sdb_batch_init(&b) == 0);
+    b.tap = note;
+    b.tap_ctx = &t;
+    sdb_batch_add(&b, (uintptr_t)&a, 8, SDB_BASE_ABS, (uintptr_t)&dst[0], &result, 1, NULL);
+    sdb_batch_add(&b, unmapped_address(), 8, SDB_BASE_ABS, (uintptr_t)&dst[1], &result, 0, NULL);
+    sdb_batch_add(&b, (uintptr_t)&c, 8, SDB_BASE_ABS, (uintptr_t)&dst[2], &result, 1, NULL);
+    CHECK(sdb_batch_run(&b, getpid()) == 0);
+    CHECK(sdb_batch_read1(&b, getpid(), (uintptr_t)&c, &dst[0], 8) == 8);
+    CHECK(sdb_batch_read1(&b, getpid(), unmapped_address(), &dst[0], 8) == -1);
+    CHECK(t.n == 3);
+    CHECK(t.addr[0] == (uintptr_t)&a && t.addr[1] == (uintptr_t)&c && t.addr[2] == (uintptr_t)&c);
+    CHECK(t.len[0] == 8 && t.len[1] == 8 && t.len[2] == 8);
+    sdb_batch_free(&b);
+}
+
 int main(void)
 {
+    the_tap_is_told_of_every_read_that_succeeded();
     reads_land_where_told_and_a_failure_marks_only_its_job();
     a_failed_read_keeps_an_earlier_outcome_and_a_speculative_one_sets_none();
     more_reads_than_one_call_takes_are_all_read();
