@@ -8,11 +8,10 @@ One `Sampler` per target, built in layers, each a Cython module over small C uni
 reuse) -> `Sampler` (here: slots, the tick, the loop, the hand-over; the samples record encoded by
 native/encode.c). `Registry` is _registry.pyx's.
 
- `run()` is the tick loop (call it from a thread of
-its own: it holds no GIL while sampling); `drain()` hands what was gathered
-since the last drain to Python (new frames, new stacks, samples, thread
-events, new ISeqs and method entries) under a short mutex. `read_memory()`
-is the one remote read for Python code (symbols, snapshot).
+`run()` is the tick loop (call it from a thread of its own: it holds no GIL while sampling);
+`drain()` hands what was gathered since the last drain to Python (new frames, new stacks, samples,
+thread events, new ISeqs and method entries) under a short mutex. `read_memory()` is the one remote
+read for Python code (symbols, snapshot).
 
 The validation rules (docs in docs/internals.md, "Reading the stacks of a tick"):
 - the slot's seqlock generation is the same before and after the read, so a
@@ -35,8 +34,6 @@ from sdb_sidecar._encode cimport sdb_encode_samples, sdb_encode_samples_bound
 from sdb_sidecar._intern cimport sdb_intern_clear, sdb_intern_at
 from sdb_sidecar._tstate cimport sdb_tstate_close
 from sdb_sidecar._states cimport States
-
-
 
 
 cdef class Sampler(States):

@@ -30,10 +30,14 @@ def expected():
 
 
 def walk(image_dir: Path, tmp_path: Path):
+    from sdb_sidecar._registry import RegistryError
     host = memimage.Host(image_dir, tmp_path)
     try:
         sampler, drained = memimage.sample_once(host.registry, host.pid)
         return sampler.stats(), memimage.comparable(drained)
+    except RegistryError as e:
+        pytest.fail(f"{e}: the saved registry is of an older format; save the image again with Debian's Ruby 3.1 "
+                    f"(make setup, then: .venv/bin/python tests/support/memimage.py capture --out {IMAGE})")
     finally:
         host.close()
 
