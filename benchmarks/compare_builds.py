@@ -8,7 +8,8 @@ row and metric, the median of the rounds with (min-max) for both trees and after
       --only sample_cost --only sidecar_cpu --rounds 5 --tree-gem-home build/gem-home -- --ruby /usr/bin/ruby
   .venv/bin/python benchmarks/compare_builds.py --before ../wt-before --only symbolize_formats --rounds 3 -- --quick
 
-Arguments after `--` go to run.py unchanged. --tree-gem-home DIR: pass each tree's own DIR (relative to the
+Arguments after `--` go to run.py unchanged. --bench-root DIR: run DIR's benchmark code (run.py and the rest)
+in both trees, each measuring its own build (SDB_BENCH_ROOT: common.ROOT), when the trees' benchmarks differ. --tree-gem-home DIR: pass each tree's own DIR (relative to the
 tree) as --gem-home. The JSON of every run stays in --out (default benchmarks/results/compare/): one
 directory per tree and round; the summary goes to --out/summary.json and, as Markdown, to stdout.
 Run it under `flock /work/heavy.lock` on a shared machine (the benchmarks load the CPU).
@@ -33,13 +34,13 @@ METRICS = {
 LABEL_KEYS = ["mode", "depth", "rate_asked_hz", "format"]
 
 
-def run_once(tree: str, name: str, out: str, gem_home: str, extra: list) -> None:
-    cmd = [os.path.join(tree, ".venv", "bin", "python"), os.path.join(tree, "benchmarks", "run.py"),
+def run_once(tree: str, name: str, out: str, gem_home: str, extra: list, bench_root: str) -> None:
+    cmd = [os.path.join(tree, ".venv", "bin", "python"), os.path.join(bench_root or tree, "benchmarks", "run.py"),
            "--only", name, "--rounds", "1", "--results", out] + extra
     if gem_home:
         cmd += ["--gem-home", os.path.join(tree, gem_home)]
     print(f"  $ {' '.join(cmd)}", file=sys.stderr, flush=True)
-    r = subprocess.run(cmd, cwd=tree, stdout=subprocess.DEVNULL)
+    r = subprocess.run(cmd, cwd=tree, stdout=subprocess.DEVNULL, env={**os.environ, "SDB_BENCH_ROOT": tree})
     if r.returncode != 0:
         raise SystemExit(f"compare_builds: {name} failed in {tree} (exit {r.returncode}); its output is above")
 
@@ -74,6 +75,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tree-gem-home", default="", help="each tree's GEM_HOME, relative to the tree (build/gem-home)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "compare"))
+    ap.add_argument("--bench-root", default="", help="the tree whose benchmark code runs in both (default: each its own)")
     ap.add_argument("extra", nargs="*", help="after --: arguments for run.py")
     cfg = ap.parse_args()
     trees = {"before": os.path.abspath(cfg.before), "after": os.path.abspath(cfg.after)}
@@ -87,13 +89,15 @@ def main() -> int:
             for which in order:
                 out = os.path.join(cfg.out, which, f"round{k}")
                 print(f"compare_builds: round {k + 1}/{cfg.rounds} {name} {which}", file=sys.stderr, flush=True)
-                run_once(trees[which], name, out, cfg.tree_gem_home, cfg.extra)
+                run_once(trees[which], name, out, cfg.tree_gem_home, cfg.extra, os.path.abspath(cfg.bench_root)
+                         if cfg.bench_root else "")
                 path = os.path.join(out, f"{name}{'-quick' if '--quick' in cfg.extra else ''}.json")
                 with open(path) as f:
                     for label, metric, v in rows_of(name, json.load(f)):
                         values.setdefault((name, label, metric), {"before": [], "after": []})[which].append(v)
     lines = [f"before {commits['before']} ({trees['before']}), after {commits['after']} ({trees['after']}); "
-             f"{cfg.rounds} interleaved rounds, run.py {' '.join(cfg.extra)}; {time.monotonic() - t0:.0f} s", "",
+             f"{cfg.rounds} interleaved rounds, run.py {' '.join(cfg.extra)}"
+             f"{'; benchmark code of ' + cfg.bench_root if cfg.bench_root else ''}; {time.monotonic() - t0:.0f} s", "",
              "| benchmark | row | metric | before: median (min-max) | after: median (min-max) | after / before |",
              "|---|---|---|---|---|---|"]
     doc = {"commits": commits, "trees": trees, "rounds": cfg.rounds, "extra": cfg.extra, "rows": []}
