@@ -89,7 +89,7 @@ cdef enum:
 
 
 cdef struct IseqEnt:
-    uint64_t addr        # 0: empty bucket
+    uint64_t addr        # its address: the key in the intern table (first, as sdb_intern_find_u64 wants)
     uint64_t encoded
     uint64_t size        # in VALUEs
     uint32_t locals      # local_table_size: a method frame's env sits at its caller's sp + locals + 3
@@ -138,7 +138,7 @@ cdef struct MeMemo:         # a Ruby frame's method entry as found last time, ro
     uint64_t me
 
 cdef struct TypeEnt:        # what a cref_or_me value is (first sight read, then cached)
-    uint64_t addr           # 0: empty bucket
+    uint64_t addr           # the value: the key in the intern table (first, as sdb_intern_find_u64 wants)
     uint64_t inner          # svar: its cref_or_me
     uint32_t type           # IMEMO_*
     uint32_t pad
