@@ -6,6 +6,8 @@ and what the sampler made of them; then the program goes on. host: memimage_host
 at their addresses in a process of its own, which a Sampler then reads as it read the Ruby.
 
   .venv/bin/python tests/support/memimage.py capture --ruby /usr/bin/ruby --out tests/unit/memimage/ruby-3.1
+  .venv/bin/python tests/support/memimage.py capture --ruby /var/cache/sdb/rubies/3.4.5/bin/ruby --gem-home "" \
+      --out tests/unit/memimage/ruby-3.4
 
 Files in OUT: image.bin (memimage_host's format), registry.gz (the registry file), expected.json (the
 drain of that one tick: frames, stacks, samples, new ISeqs and method entries) and about.json.
@@ -123,7 +125,8 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     cfg = ap.parse_args()
     sys.path[:0] = [str(REPO / "sidecar"), str(REPO / "symbolizer")]
-    env = {**os.environ, "GEM_HOME": cfg.gem_home, "GEM_PATH": cfg.gem_home}
+    # --gem-home "": the gem installed in that Ruby (scripts/rubies)
+    env = {**os.environ, "GEM_HOME": cfg.gem_home, "GEM_PATH": cfg.gem_home} if cfg.gem_home else dict(os.environ)
     proc = subprocess.Popen([cfg.ruby, cfg.program], stdout=subprocess.PIPE, text=True, env=env)
     try:
         if proc.stdout.readline().strip() != "ready":

@@ -1,7 +1,7 @@
-"""The sampler's walk on a saved memory image, no Ruby needed: tests/unit/memimage/ruby-3.1 holds what
-one tick read of tests/programs/image_zoo.rb on Debian's Ruby 3.1 (blocks, C functions calling blocks,
-a singleton method, instance_eval, 30 nested calls), its registry and what the sampler made of it
-(tests/support/memimage.py capture). memimage_host maps those bytes at their addresses; a fresh
+"""The sampler's walk on saved memory images, no Ruby needed: tests/unit/memimage/ruby-3.1 and ruby-3.4
+hold what one tick read of tests/programs/image_zoo.rb on Debian's Ruby 3.1 and on 3.4.5 (blocks, C
+functions calling blocks, a singleton method, instance_eval, 30 nested calls), its registry and what
+the sampler made of it (tests/support/memimage.py capture). memimage_host maps those bytes at their addresses; a fresh
 Sampler reading that process must make the same frames, stacks and samples, and refuse what a
 changed byte makes untrue."""
 from __future__ import annotations
@@ -17,15 +17,20 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 import memimage  # noqa: E402
 
-IMAGE = Path(__file__).resolve().parent / "memimage" / "ruby-3.1"
+IMAGES = sorted((Path(__file__).resolve().parent / "memimage").iterdir())
 KIND_RUBY = 0
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                                 reason="no C compiler (cc) to build memimage_host")
 
 
-def expected():
-    doc = json.loads((IMAGE / "expected.json").read_text())
+@pytest.fixture(params=IMAGES, ids=[p.name for p in IMAGES])
+def image(request) -> Path:
+    return request.param
+
+
+def expected(image: Path):
+    doc = json.loads((image / "expected.json").read_text())
     return {k: [tuple(x) if isinstance(x, list) and k != "stacks" else x for x in v] for k, v in doc.items()}
 
 
@@ -36,15 +41,16 @@ def walk(image_dir: Path, tmp_path: Path):
         sampler, drained = memimage.sample_once(host.registry, host.pid)
         return sampler.stats(), memimage.comparable(drained)
     except RegistryError as e:
-        pytest.fail(f"{e}: the saved registry is of an older format; save the image again with Debian's Ruby 3.1 "
-                    f"(make setup, then: .venv/bin/python tests/support/memimage.py capture --out {IMAGE})")
+        about = json.loads((image_dir / "about.json").read_text())
+        pytest.fail(f"{e}: the saved registry is of an older format; save the image again with {about['ruby']} "
+                    f"(tests/support/memimage.py capture --ruby RUBY --out {image_dir}: its docstring)")
     finally:
         host.close()
 
 
-def test_the_walk_on_the_image_makes_what_it_made_on_the_live_ruby(tmp_path):
-    stats, got = walk(IMAGE, tmp_path)
-    want = expected()
+def test_the_walk_on_the_image_makes_what_it_made_on_the_live_ruby(image, tmp_path):
+    stats, got = walk(image, tmp_path)
+    want = expected(image)
     assert got["frames"] == want["frames"]
     assert got["stacks"] == want["stacks"]
     assert got["samples"] == want["samples"]
@@ -54,24 +60,25 @@ def test_the_walk_on_the_image_makes_what_it_made_on_the_live_ruby(tmp_path):
     assert len(want["samples"]) == 5 and max(len(s) for s in want["stacks"]) > 30
 
 
-def test_an_iseq_whose_type_tag_changed_is_refused(tmp_path):
+def test_an_iseq_whose_type_tag_changed_is_refused(image, tmp_path):
     # GIVEN the image with one Ruby frame's ISeq no longer an imemo (its flags' type bits changed)
-    want = expected()
+    want = expected(image)
     iseq = next(i for kind, i, _, _ in want["frames"] if kind == KIND_RUBY)
-    image = bytearray((IMAGE / "image.bin").read_bytes())
+    data = bytearray((image / "image.bin").read_bytes())
     at = 8
-    while at < len(image):
-        addr, n = struct.unpack_from("<QQ", image, at)
+    while at < len(data):
+        addr, n = struct.unpack_from("<QQ", data, at)
         if addr <= iseq < addr + n:
-            image[at + 16 + (iseq - addr)] ^= 0x1f          # RBasic.flags' low bits: T_IMEMO no more
+            data[at + 16 + (iseq - addr)] ^= 0x1f           # RBasic.flags' low bits: T_IMEMO no more
             break
         at += 16 + n
     else:
         pytest.fail(f"the image does not hold ISeq 0x{iseq:x}")
     changed = tmp_path / "changed"
     changed.mkdir()
-    (changed / "image.bin").write_bytes(bytes(image))
-    shutil.copy(IMAGE / "registry.gz", changed / "registry.gz")
+    (changed / "image.bin").write_bytes(bytes(data))
+    shutil.copy(image / "registry.gz", changed / "registry.gz")
+    shutil.copy(image / "about.json", changed / "about.json")
     # WHEN the sampler reads it
     stats, got = walk(changed, tmp_path)
     # THEN the threads whose stacks hold it are torn (read twice, refused), the others as before
