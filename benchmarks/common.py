@@ -14,7 +14,9 @@ import sys
 import time
 from contextlib import contextmanager
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the tree measured: this one, or SDB_BENCH_ROOT's (compare_builds.py --bench-root: one tree's benchmark
+# code measuring another tree's build)
+ROOT = os.environ.get("SDB_BENCH_ROOT") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAMS = os.path.join(ROOT, "benchmarks", "programs")
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 BIN = os.path.dirname(sys.executable)

@@ -64,11 +64,14 @@ def trace_stats(path: str) -> dict:
 
 
 def _has_samples(path: str) -> bool:
-    """The recording has started: a sample batch is in the trace (after start-up and the eBPF setup)."""
+    """The recording has started: a sample batch is in the trace (after start-up and the eBPF setup).
+    Read as records: after its header a trace is zstd-compressed (format 3), no record name in plain
+    bytes (looking for b"samples" never found one, and the steady window was measured after the end)."""
+    from sdb_trace import TraceError, TraceReader
     try:
-        with open(path, "rb") as f:
-            return b"\xa7samples" in f.read()
-    except OSError:
+        with TraceReader(path) as r:
+            return any(rec["t"] == "samples" for rec in r.records())
+    except (OSError, TraceError, EOFError, ValueError):
         return False
 
 
