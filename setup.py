@@ -2,13 +2,27 @@
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-sampler = Extension(
-    "sdb_sidecar._sampler",
-    sources=["sidecar/sdb_sidecar/_sampler.pyx"],
-    # sdb_registry.h is shared with the gem: one definition of the registry
-    include_dirs=["gem/ext/sdb", "sidecar/sdb_sidecar"],
-    extra_compile_args=["-O2", "-Wno-unused-function"],
-)
+import glob
 
-setup(ext_modules=cythonize([sampler], compiler_directives={"language_level": "3"}, quiet=True,
+# The sampler: Cython glue (sidecar/sdb_sidecar/*.pyx, their seams in *.pxd) over small C units
+# (sidecar/sdb_sidecar/native/*.c, each with its header and a direct test in tests/unit/test_native_units.py).
+NATIVE = sorted(glob.glob("sidecar/sdb_sidecar/native/*.c"))
+
+# The sampler's layers, one extension module each, in the order they build on each other
+# (docs/internals.md, "The sampler's code"); every one gets the C units (their inline helpers reach
+# into them through the .pxd seams).
+MODULES = ["_registry", "_reads", "_walk", "_states", "_sampler"]
+
+extensions = [
+    Extension(
+        f"sdb_sidecar.{name}",
+        sources=[f"sidecar/sdb_sidecar/{name}.pyx"] + NATIVE,
+        # sdb_registry.h is shared with the gem: one definition of the registry
+        include_dirs=["gem/ext/sdb", "sidecar/sdb_sidecar", "sidecar/sdb_sidecar/native"],
+        extra_compile_args=["-O2", "-Wno-unused-function"],
+    )
+    for name in MODULES
+]
+
+setup(ext_modules=cythonize(extensions, compiler_directives={"language_level": "3"}, quiet=True,
                            include_path=["sidecar"]))

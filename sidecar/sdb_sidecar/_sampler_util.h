@@ -1,5 +1,5 @@
 /* Small C helpers for _sampler.pyx: atomics on the shared registry,
- * clocks, hashing, a PRNG for tick jitter. Everything here is nogil-safe. */
+ * clocks, hashing, a PRNG for tick jitter, the drain loop's eventfd. Everything here is nogil-safe. */
 #ifndef SDB_SAMPLER_UTIL_H
 #define SDB_SAMPLER_UTIL_H 1
 
@@ -10,6 +10,13 @@
 #include <sys/prctl.h>
 #include <string.h>
 #include <unistd.h>
+
+/* Constants the sampler's Cython modules share (64-bit: no Cython enum holds them). */
+#define SDB_NO_EP 0xffffffffffffffffULL         /* a frame whose ep words were not read */
+#define SDB_TYPE_UNREAD 0xffffffffU            /* an ISeq whose type was not read */
+/* Every address taken from the target is below this (x86-64 user space, 5-level paging included)
+ * before any arithmetic on it: far from 2**64, so `a + span` never wraps. */
+#define SDB_ADDR_MAX 0x0100000000000000ULL
 
 static inline uint64_t sdb_load_acquire_u64(const volatile uint64_t *p)
 {
@@ -94,54 +101,6 @@ static inline void sdb_eventfd_signal(int fd)
     uint64_t one = 1;
     if (fd >= 0 && write(fd, &one, sizeof one) < 0) {
     }
-}
-
-/* msgpack, the few forms a sample batch needs, each in its smallest encoding (as the msgpack
- * library writes them, so a batch encoded here is byte for byte the one TraceWriter would write). */
-static inline uint8_t *sdb_mp_be(uint8_t *p, uint64_t v, int bytes)
-{
-    for (int i = bytes - 1; i >= 0; i--)
-        *p++ = (uint8_t)(v >> (8 * i));
-    return p;
-}
-
-static inline uint8_t *sdb_mp_uint(uint8_t *p, uint64_t v)
-{
-    if (v < 0x80) { *p++ = (uint8_t)v; return p; }
-    if (v <= 0xff) { *p++ = 0xcc; return sdb_mp_be(p, v, 1); }
-    if (v <= 0xffff) { *p++ = 0xcd; return sdb_mp_be(p, v, 2); }
-    if (v <= 0xffffffffull) { *p++ = 0xce; return sdb_mp_be(p, v, 4); }
-    *p++ = 0xcf;
-    return sdb_mp_be(p, v, 8);
-}
-
-static inline uint8_t *sdb_mp_int(uint8_t *p, int64_t v)
-{
-    if (v >= 0) return sdb_mp_uint(p, (uint64_t)v);
-    if (v >= -32) { *p++ = (uint8_t)v; return p; }
-    if (v >= -128) { *p++ = 0xd0; return sdb_mp_be(p, (uint64_t)v, 1); }
-    if (v >= -32768) { *p++ = 0xd1; return sdb_mp_be(p, (uint64_t)v, 2); }
-    if (v >= -2147483648ll) { *p++ = 0xd2; return sdb_mp_be(p, (uint64_t)v, 4); }
-    *p++ = 0xd3;
-    return sdb_mp_be(p, (uint64_t)v, 8);
-}
-
-static inline uint8_t *sdb_mp_array(uint8_t *p, uint64_t n)
-{
-    if (n < 16) { *p++ = (uint8_t)(0x90 | n); return p; }
-    if (n <= 0xffff) { *p++ = 0xdc; return sdb_mp_be(p, n, 2); }
-    *p++ = 0xdd;
-    return sdb_mp_be(p, n, 4);
-}
-
-static inline uint8_t *sdb_mp_map(uint8_t *p, uint32_t n) { *p++ = (uint8_t)(0x80 | n); return p; }   /* n < 16 */
-
-static inline uint8_t *sdb_mp_str(uint8_t *p, const char *s)  /* s shorter than 32 bytes */
-{
-    size_t n = strlen(s);
-    *p++ = (uint8_t)(0xa0 | n);
-    memcpy(p, s, n);
-    return p + n;
 }
 
 #endif

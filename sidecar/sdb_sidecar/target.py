@@ -7,7 +7,7 @@ import stat
 import time
 from dataclasses import dataclass
 
-from . import _sampler
+from . import _registry
 from .errors import Exit, SdbError
 
 REGISTRY_PREFIX = "/dev/shm/sdb-"
@@ -22,7 +22,7 @@ PERMISSION_HINT = ("sdb-sidecar needs CAP_SYS_PTRACE (root has it unless it was 
 @dataclass
 class Target:
     pid: int                    # in our pid namespace (the host's, for an app in a container)
-    registry: "_sampler.Registry"
+    registry: "_registry.Registry"
     info: dict
     command: list
     registry_ino: int = 0       # the registry file's inode (process.execd_another: did the app exec?)
@@ -175,12 +175,12 @@ def open_target(pid: int, wait_s: float = 2.0) -> Target:
         raise SdbError(f"{path} is accessible to other users (mode {stat.S_IMODE(st.st_mode):o}): "
                        f"refusing it", Exit.FOREIGN_REGISTRY)
     try:
-        reg = _sampler.Registry(path)
+        reg = _registry.Registry(path)
     except FileNotFoundError:
         _no_registry(pid, path, stale=False)        # removed since the lstat: the process is ending
     except PermissionError:
         raise SdbError(f"cannot read {path}: permission denied; {PERMISSION_HINT}", Exit.PERMISSION) from None
-    except _sampler.RegistryError as e:
+    except _registry.RegistryError as e:
         raise SdbError(str(e), Exit.REGISTRY_FORMAT) from None
     if reg.magic != MAGIC:
         raise SdbError(f"{path} is not an sdb registry (bad magic)", Exit.REGISTRY_FORMAT)
@@ -190,7 +190,7 @@ def open_target(pid: int, wait_s: float = 2.0) -> Target:
                        Exit.REGISTRY_FORMAT)
     try:
         reg.check()
-    except _sampler.RegistryError as e:
+    except _registry.RegistryError as e:
         raise SdbError(str(e), Exit.REGISTRY_FORMAT) from None
     info = reg.info
     try:

@@ -13,7 +13,7 @@ import signal
 import struct
 
 from conftest import read_trace, samples_so_far, wait_for
-from sdb_sidecar._sampler import Registry
+from sdb_sidecar._registry import Registry
 from sdb_symbolize.resolve import Resolver
 from sdb_symbolize.labels import LABELS_RUBY
 from sdb_trace import iter_samples
