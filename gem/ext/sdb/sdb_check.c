@@ -588,12 +588,21 @@ sdb_pick_row(const char *name)
     return NULL;
 }
 
-/* SDB_TEST_CORRUPT_LAYOUT=<field> (tests only): shift one offset by 8. */
+/* SDB_TEST_CORRUPT_LAYOUT=<field> (tests only): shift one offset or number by 8; a flag bit moves
+ * to the next bit. */
 void
 sdb_corrupt_for_tests(struct sdb_layout *L)
 {
     const char *e = getenv("SDB_TEST_CORRUPT_LAYOUT");
     if (!e || !*e) return;
+    if (!strcmp(e, "t_string")) L->t_string += 8;
+    else if (!strcmp(e, "imemo_iseq")) L->imemo_iseq += 8;
+    else if (!strcmp(e, "st_entries")) L->st_entries += 8;
+    else if (!strcmp(e, "frame_magic_cfunc")) L->frame_magic_cfunc += 8;
+    else if (!strcmp(e, "frame_magic_dummy")) L->frame_magic_dummy += 8;
+    else if (!strcmp(e, "frame_magic_method")) L->frame_magic_method += 8;
+    else if (!strcmp(e, "env_flag_local")) L->env_flag_local <<= 1;
+    else if (!strcmp(e, "frame_flag_finish")) L->frame_flag_finish <<= 1;
     if (!strcmp(e, "1") || !strcmp(e, "thread_ec")) L->thread_ec += 8;
     else if (!strcmp(e, "body_pathobj")) L->body_pathobj += 8;
     else if (!strcmp(e, "cfp_iseq")) L->cfp_iseq += 8;
