@@ -35,12 +35,13 @@
 #define DATA_MAX (NSTR * STR_MAX)
 
 /* Ruby's type tags and imemo types come from the layout row as -D flags (ebpf.py bpf_cflags):
- * RB_T_MASK, RB_T_STRING, RB_T_ARRAY, RB_T_IMEMO, RB_IMEMO_SHIFT, RB_IMEMO_MASK, RB_IMEMO_ISEQ */
+ * RB_T_MASK, RB_T_STRING, RB_T_ARRAY, RB_T_IMEMO, RB_IMEMO_SHIFT, RB_IMEMO_MASK, RB_IMEMO_ISEQ,
+ * RB_IMMEDIATE_MASK, RB_FIXNUM_SHIFT */
 #define IS_ISEQ(flags) \
     (((flags) & RB_T_MASK) == RB_T_IMEMO && (((flags) >> RB_IMEMO_SHIFT) & RB_IMEMO_MASK) == RB_IMEMO_ISEQ)
 
 /* a heap object: 8-aligned, above the special constants (Qnil is 0x08 in 3.1, 0x04 from 3.2; Qundef 0x34 / 0x24) */
-#define IS_HEAP(v) ((v) > 0x100 && ((v) & 7) == 0)
+#define IS_HEAP(v) ((v) > 0x100 && ((v) & RB_IMMEDIATE_MASK) == 0)
 
 /* body words read at once: the fields used end at first_lineno (byte 96 on 3.x); a body is bigger */
 #define BODY_WORDS 16
@@ -235,7 +236,7 @@ static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe, u64 iseq
     ev->h.addr2 = b[BODY_ISEQ_ENCODED / 8];
     ev->h.type = (u32)(b[BODY_TYPE / 8] >> (8 * (BODY_TYPE % 8)));
 #if FIRST_LINENO_FIXNUM
-    ev->h.first_line = (s32)((s64)b[BODY_FIRST_LINENO / 8] >> 1);
+    ev->h.first_line = (s32)((s64)b[BODY_FIRST_LINENO / 8] >> RB_FIXNUM_SHIFT);
 #else
     ev->h.first_line = (s32)(b[BODY_FIRST_LINENO / 8] >> (8 * (BODY_FIRST_LINENO % 8)));
 #endif

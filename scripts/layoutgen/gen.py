@@ -414,7 +414,7 @@ FOOTER = """\
 #endif /* SDB_LAYOUTS_H */
 """
 HEX = ("thread_status_mask", "rstring_embed_len_mask", "rarray_embed_len_mask", "qnil", "t_mask", "imemo_mask",
-       "def_type_mask", "env_flag_local", "frame_flag_finish", "builtin_attr_c_trace", "builtin_attr_leaf") + tuple(
+       "def_type_mask", "env_flag_local", "env_prev_tag_mask", "immediate_mask", "frame_flag_finish", "builtin_attr_c_trace", "builtin_attr_leaf") + tuple(
     f"frame_magic_{m}" for m in ("mask", "method", "top", "cfunc", "ifunc", "eval", "dummy"))
 
 

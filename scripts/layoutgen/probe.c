@@ -225,6 +225,10 @@ main(void)
     }
     FACT("env_flag_local", VM_ENV_FLAG_LOCAL);
     FACT("frame_flag_finish", VM_FRAME_FLAG_FINISH);
+    FACT("env_prev_tag_mask", ~(unsigned long)(uintptr_t)GC_GUARDED_PTR_REF((VALUE)~0ul));
+    FACT("env_data_size", VM_ENV_DATA_SIZE);
+    FACT("immediate_mask", RUBY_IMMEDIATE_MASK);
+    FACT("fixnum_shift", bit_number(RB_INT2FIX(1) & ~(VALUE)RUBY_FIXNUM_FLAG));
     FACT("frame_magic_mask", VM_FRAME_MAGIC_MASK);
     FACT("frame_magic_method", VM_FRAME_MAGIC_METHOD);
     FACT("frame_magic_top", VM_FRAME_MAGIC_TOP);

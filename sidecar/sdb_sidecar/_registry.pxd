@@ -85,6 +85,10 @@ cdef extern from "sdb_registry.h" nogil:
         uint16_t imemo_iseq
         uint16_t env_flag_local
         uint16_t frame_flag_finish
+        uint16_t env_prev_tag_mask
+        uint16_t env_data_size
+        uint16_t immediate_mask
+        uint16_t fixnum_shift
         uint16_t iseq_type_top
         uint16_t iseq_type_method
         uint16_t iseq_type_block

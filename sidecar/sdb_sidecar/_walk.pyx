@@ -179,7 +179,7 @@ cdef class Walk(Reads):
 
     # Ruby's rb_vm_frame_method_entry: from the frame's ep, while the env is not local
     # (ep[0] & VM_ENV_FLAG_LOCAL), ep[-2] is the method entry if it is an imemo_ment, else go to
-    # the previous env (ep[-1] & ~3); at the local env ep[-2] is a ment, a cref (no method) or an
+    # the previous env (ep[-1] & ~env_prev_tag_mask); at the local env ep[-2] is a ment, a cref (no method) or an
     # svar holding cref_or_me. The ep words come from phase 3's spans (one VM stack: the
     # previous env of a block is mostly a deeper frame's, already read); heap envs (escaped
     # blocks, procs) not in the spans and the type of each ep[-2] value are read at first sight.
@@ -189,7 +189,7 @@ cdef class Walk(Reads):
         cdef TypeEnt ent
         cdef const TypeEnt *known
         inner[0] = 0
-        if v < 4096 or (v & 7):
+        if v < 4096 or (v & self.L.immediate_mask):
             return IMEMO_NONE           # Qfalse, Qnil, special constants
         known = <const TypeEnt *>sdb_intern_find_u64(&self.types, sdb_mix64(v), v)
         if known != NULL:
@@ -222,7 +222,7 @@ cdef class Walk(Reads):
             me = self.check_me(d[0], 0)
             if me != 0:
                 return me
-            p = d[1] & ~(<uint64_t>3)
+            p = d[1] & ~(<uint64_t>self.L.env_prev_tag_mask)
             if p < 16 or p >= ADDR_MAX or (p & 7):
                 return 0                    # no env there (torn, or garbage: never used as an offset)
             d = NULL
@@ -282,7 +282,7 @@ cdef class Walk(Reads):
     cdef int link_ok(self, Job *job, uint32_t j, RawFrame *r) noexcept nogil:
         """0 when Ruby frame j (a method's) cannot be the callee of the Ruby frame below it. A call
         sets the caller's sp to its receiver's slot and puts the method's locals and env right
-        after it (vm_call_iseq_setup_normal): ep = caller's sp + (local_table_size + 3) words. A
+        after it (vm_call_iseq_setup_normal): ep = caller's sp + (local_table_size + env_data_size) words. A
         frame the thread left, still in memory above a Ruby frame it entered since, sits where its
         old caller's sp was: it fails this unless the new frame has the same sp there. 1 when the
         link holds or cannot be checked (no such field in the row, a block or other frame, a C
@@ -325,7 +325,7 @@ cdef class Walk(Reads):
         if pe == NULL or (pe.type != self.L.iseq_type_method and pe.type != self.L.iseq_type_block):
             return 1
         psp = u64_at(self.rawbuf + job.raw_off, (j + 1) * self.L.cfp_size + self.L.cfp_sp)
-        return r.ep == psp + (<uint64_t>e.locals + 3) * 8
+        return r.ep == psp + (<uint64_t>e.locals + self.L.env_data_size) * 8
 
     cdef int finish_job(self, Job *job, uint64_t now) noexcept nogil:
         """Phase 4 for one job: checks, interning, the sample. Returns an R_* outcome."""

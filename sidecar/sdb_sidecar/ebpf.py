@@ -79,7 +79,8 @@ def bpf_cflags(layout: dict) -> List[str]:
         # Ruby's numbers: type tags and where an imemo keeps its type
         "RB_T_MASK": L["t_mask"], "RB_T_STRING": L["t_string"], "RB_T_ARRAY": L["t_array"],
         "RB_T_IMEMO": L["t_imemo"], "RB_IMEMO_SHIFT": L["imemo_shift"], "RB_IMEMO_MASK": L["imemo_mask"],
-        "RB_IMEMO_ISEQ": L["imemo_iseq"],
+        "RB_IMEMO_ISEQ": L["imemo_iseq"], "RB_IMMEDIATE_MASK": L["immediate_mask"],
+        "RB_FIXNUM_SHIFT": L["fixnum_shift"],
     }
     consts["RINGBUF_PAGES"] = RINGBUF_PAGES
     return [f"-D{k}={int(v)}" for k, v in consts.items()]

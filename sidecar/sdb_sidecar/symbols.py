@@ -35,12 +35,12 @@ def trace_method_type(L: dict, ruby_type: int) -> int:
     return -1
 
 
-def _special_const(v: int) -> bool:
-    return v == 0 or v & 7 != 0 or v < 4096
+def _special_const(v: int, L: dict) -> bool:
+    return v == 0 or v & L["immediate_mask"] != 0 or v < 4096
 
 
 def _nil(v: Optional[int], L: dict) -> bool:
-    return v is None or v == 0 or v == L["qnil"] or v & 7 != 0
+    return v is None or v == 0 or v == L["qnil"] or v & L["immediate_mask"] != 0
 
 
 class RemoteReadError(Exception):
@@ -160,7 +160,7 @@ class RemoteRuby:
         label = self.string(label_v, "ISeq label") or ""
         base_label = self.string(base_v, "ISeq base label") or ""
         if L["body_first_lineno_is_fixnum"]:
-            first_line = struct.unpack_from("<q", b, L["body_first_lineno"])[0] >> 1
+            first_line = struct.unpack_from("<q", b, L["body_first_lineno"])[0] >> L["fixnum_shift"]
         else:
             first_line = struct.unpack_from("<i", b, L["body_first_lineno"])[0]
         if not items:
@@ -257,8 +257,8 @@ class RemoteRuby:
             obj = self.attached_object(klass)
             if obj is None:
                 return None, True
-            oflags = self.u64(obj, "singleton's object") if not _special_const(obj) else 0
-            if not _special_const(obj) and self.type_of(oflags) in (L["t_class"], L["t_module"]):
+            oflags = self.u64(obj, "singleton's object") if not _special_const(obj, L) else 0
+            if not _special_const(obj, L) and self.type_of(oflags) in (L["t_class"], L["t_module"]):
                 return self.class_path(obj), True
             # rb_profile_frame_classpath: "#<%s:%p>" of the object's class
             return f"#<{self.class_path(self.real_class(obj)) or '?'}:0x{obj:016x}>", True
@@ -346,7 +346,7 @@ class RemoteRuby:
             size = struct.unpack_from("<I", b, L["body_iseq_size"])[0]
             encoded = struct.unpack_from("<Q", b, L["body_iseq_encoded"])[0]
             if L["body_first_lineno_is_fixnum"]:
-                first_line = struct.unpack_from("<q", b, L["body_first_lineno"])[0] >> 1
+                first_line = struct.unpack_from("<q", b, L["body_first_lineno"])[0] >> L["fixnum_shift"]
             else:
                 first_line = struct.unpack_from("<i", b, L["body_first_lineno"])[0]
             n = struct.unpack_from("<I", b, L["body_insns_info_size"])[0]

@@ -42,6 +42,10 @@ KNOWN = [
     (re.compile(r"\bstatus\s*[!=]=\s*[0-3]\b"), "a th->status value (thread_* of the row)"),
     (re.compile(r"\btype\s*[!=]=\s*\d"), "an ISeq or method type value (iseq_type_*, method_type_* of the row)"),
     (re.compile(r"\bid_?\s*>>\s*4\b"), "the ID scope shift (id_scope_shift of the row)"),
+    (re.compile(r">>\s*1\b"), "a Fixnum decoded by hand (fixnum_shift of the row)"),
+    (re.compile(r"\blocals\s*\+\s*3\b"), "VM_ENV_DATA_SIZE (env_data_size of the row)"),
+    (re.compile(r"~\s*\(?\s*(?:<uint64_t>)?\s*3\b"), "the previous ep's tag bits (env_prev_tag_mask of the row)"),
+    (re.compile(r"\b(?:v|obj|ids)\)?\s*&\s*7\b"), "RUBY_IMMEDIATE_MASK (immediate_mask of the row)"),
 ]
 
 
@@ -86,6 +90,10 @@ def test_the_check_finds_a_frame_magic_put_back(tmp_path):
         "if (status == 3)": "th->status",
         "if e.type != 1:": "ISeq or method type",
         "serial = id_ >> 4": "scope shift",
+        "first = u64(body) >> 1": "Fixnum",
+        "ok = ep == sp + (locals + 3) * 8": "VM_ENV_DATA_SIZE",
+        "p = d[1] & ~(<uint64_t>3)": "tag bits",
+        "if v < 4096 or (v & 7):": "IMMEDIATE_MASK",
     }
     for i, (code, what) in enumerate(lines.items()):
         suffix = ".c" if code.startswith("#define") else ".py"

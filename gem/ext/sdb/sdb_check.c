@@ -18,7 +18,7 @@ sdb_read_lineno(const struct sdb_layout *L, uint64_t body, long *out)
     if (L->body_first_lineno_is_fixnum) {
         uint64_t v;
         if (sdb_read_u64(body + L->body_first_lineno, &v)) return -1;
-        *out = (long)((int64_t)v >> 1);
+        *out = (long)((int64_t)v >> L->fixnum_shift);
     }
     else {
         int32_t v;
@@ -91,6 +91,8 @@ sdb_check_public_numbers(const struct sdb_layout *L, char *why, size_t cap)
         {"t_module", L->t_module, RUBY_T_MODULE}, {"t_string", L->t_string, RUBY_T_STRING},
         {"t_array", L->t_array, RUBY_T_ARRAY}, {"t_imemo", L->t_imemo, RUBY_T_IMEMO},
         {"t_iclass", L->t_iclass, RUBY_T_ICLASS}, {"imemo_shift", L->imemo_shift, RUBY_FL_USHIFT},
+        {"immediate_mask", L->immediate_mask, RUBY_IMMEDIATE_MASK},
+        {"fixnum_shift", L->fixnum_shift, (unsigned)__builtin_ctzl(RB_INT2FIX(1) & ~(VALUE)RUBY_FIXNUM_FLAG)},
         {"st_num_entries", L->st_num_entries, offsetof(st_table, num_entries)},
         {"st_entries_start", L->st_entries_start, offsetof(st_table, entries_start)},
         {"st_entries_bound", L->st_entries_bound, offsetof(st_table, entries_bound)},
@@ -314,7 +316,7 @@ sdb_iseq_of(VALUE args)
 }
 
 /* The caller/callee link the sampler checks: a method's frame sits at its caller's sp +
- * (local_table_size + 3) words (vm_call_iseq_setup_normal). Checked on this thread's own stack,
+ * (local_table_size + env_data_size) words (vm_call_iseq_setup_normal). Checked on this thread's own stack,
  * which stands still while we read it (RubyGems' require gives method/block pairs): a link that
  * does not hold withdraws both fields (SDB_NA), and the sampler then checks no link. With no
  * pair on the stack (`ruby -rsdb`), the row's sourced offsets stay. */
@@ -347,7 +349,7 @@ sdb_check_link(struct sdb_layout *L)
             ruby = 1;
             if (callee_method && (type == L->iseq_type_method || type == L->iseq_type_block)) {
                 checked++;
-                if (callee_ep != sp + ((uint64_t)callee_locals + 3) * 8) failed++;
+                if (callee_ep != sp + ((uint64_t)callee_locals + L->env_data_size) * 8) failed++;
             }
         }
         callee_method = ruby && type == L->iseq_type_method;
@@ -457,10 +459,11 @@ extern void *ruby_single_main_ractor;  /* vm_core.h; the main ractor while it is
 #define SDB_VM_WORDS 512               /* rb_vm_t is searched in its first 4 KiB ... */
 #define SDB_RACTOR_WORDS 256           /* ... rb_ractor_t in its first 2 KiB */
 
+/* a C pointer to a struct of the VM: 8-byte aligned (an alignment, no Ruby number) */
 static int
-sdb_plausible_ptr(uint64_t v)
+sdb_plausible_ptr(uint64_t p)
 {
-    return v >= 4096 && (v & 7) == 0 && v < 0x0100000000000000ull;
+    return p >= 4096 && (p & 7) == 0 && p < 0x0100000000000000ull;
 }
 #endif
 
@@ -568,7 +571,7 @@ sdb_find_global_symbols(const struct sdb_layout *L)
         if (perms[0] != 'r' || perms[1] != 'w' || !strstr(path, "libruby")) continue;
         for (uint64_t a = lo; a + L->symbols_ids + 8 <= hi; a += 8) {
             uint64_t ids = *(const uint64_t *)(uintptr_t)(a + L->symbols_ids); /* our own mapped rw data */
-            if (ids == 0 || (ids & 7) || ids == (uint64_t)Qnil) continue;
+            if (ids == 0 || (ids & L->immediate_mask) || ids == (uint64_t)Qnil) continue;
             if (sdb_symbols_match(L, ids, probe1) && sdb_symbols_match(L, ids, probe2)) {
                 found = a;
                 break;

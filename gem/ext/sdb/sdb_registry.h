@@ -165,6 +165,11 @@ struct sdb_layout {
     /* env flags (vm_core.h): bits of ep[0] */
     uint16_t env_flag_local;     /* VM_ENV_FLAG_LOCAL: a method's (not a block's) env */
     uint16_t frame_flag_finish;  /* VM_FRAME_FLAG_FINISH: the frame returns to C */
+    uint16_t env_prev_tag_mask;  /* GC_GUARDED_PTR_REF's tag bits: the previous ep is ep[-1] & ~it */
+    uint16_t env_data_size;      /* VM_ENV_DATA_SIZE: a method's ep is its caller's sp + locals + it words */
+    /* special constants (include/ruby/internal/special_consts.h) */
+    uint16_t immediate_mask;     /* RUBY_IMMEDIATE_MASK: v & it != 0 is no heap object */
+    uint16_t fixnum_shift;       /* a Fixnum's value is v >> it (INT2FIX) */
     /* enum rb_iseq_type (vm_core.h): rb_iseq_constant_body.type */
     uint16_t iseq_type_top;
     uint16_t iseq_type_method;
