@@ -19,20 +19,27 @@ MAX_STRING = 64 * 1024
 MAX_ISEQ_SIZE = 1 << 22  # instruction words; larger means the ISeq was freed and its memory reused
 
 
+def _trace_types(L: dict) -> Tuple[Dict[int, int], Dict[int, int]]:
+    """{Ruby's value: the trace's} for ISeq and method types, made once per layout dict."""
+    got = _TRACE_TYPES.get(id(L))
+    if got is None or got[0] is not L:
+        got = (L, {L[f"iseq_type_{n}"]: i for i, n in enumerate(ISEQ_TYPES) if f"iseq_type_{n}" in L},
+               {L[f"method_type_{n}"]: i for i, n in enumerate(METHOD_TYPES) if f"method_type_{n}" in L})
+        _TRACE_TYPES[id(L)] = got
+    return got[1], got[2]
+
+
+_TRACE_TYPES: Dict[int, tuple] = {}
+
+
 def trace_iseq_type(L: dict, ruby_type: int) -> int:
     """The trace's ISeq type (sdb_trace.ISEQ_TYPES) of the running Ruby's rb_iseq_type value; -1: none."""
-    for i, name in enumerate(ISEQ_TYPES):
-        if L.get(f"iseq_type_{name}") == ruby_type:
-            return i
-    return -1
+    return _trace_types(L)[0].get(ruby_type, -1)
 
 
 def trace_method_type(L: dict, ruby_type: int) -> int:
     """The trace's method type (sdb_trace.METHOD_TYPES) of the running Ruby's rb_method_type_t; -1: none."""
-    for i, name in enumerate(METHOD_TYPES):
-        if L.get(f"method_type_{name}") == ruby_type:
-            return i
-    return -1
+    return _trace_types(L)[1].get(ruby_type, -1)
 
 
 def _special_const(v: int, L: dict) -> bool:

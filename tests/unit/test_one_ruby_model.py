@@ -104,3 +104,23 @@ def test_the_check_finds_a_frame_magic_put_back(tmp_path):
         finally:
             f.unlink()
         assert any(f"put_back_{i}{suffix}:2:" in h and what in h for h in hits), (code, hits)
+
+
+def test_trace_types_are_the_formats_own_whatever_numbers_ruby_uses():
+    """The trace's ISeq and method types are sdb_trace's enums; the sidecar maps the running Ruby's
+    values to them through the row, so a Ruby that renumbered its enums writes the same trace."""
+    from sdb_sidecar.symbols import trace_iseq_type, trace_method_type
+    from sdb_trace import ISEQ_TYPES, METHOD_TYPES, ISEQ_TYPE_BLOCK, METHOD_CFUNC
+    same = {f"iseq_type_{n}": i for i, n in enumerate(ISEQ_TYPES)}
+    same.update({f"method_type_{n}": i for i, n in enumerate(METHOD_TYPES)})
+    shuffled = {f"iseq_type_{n}": 20 + 3 * i for i, n in enumerate(ISEQ_TYPES)}
+    shuffled.update({f"method_type_{n}": 40 - i for i, n in enumerate(METHOD_TYPES)})
+    for i, n in enumerate(ISEQ_TYPES):
+        assert trace_iseq_type(same, i) == i
+        assert trace_iseq_type(shuffled, shuffled[f"iseq_type_{n}"]) == i
+    for i, n in enumerate(METHOD_TYPES):
+        assert trace_method_type(same, i) == i
+        assert trace_method_type(shuffled, shuffled[f"method_type_{n}"]) == i
+    assert trace_iseq_type(shuffled, ISEQ_TYPE_BLOCK) == -1       # not a value of that Ruby
+    assert trace_method_type(shuffled, 99) == -1
+    assert trace_method_type(shuffled, 40 - METHOD_CFUNC) == METHOD_CFUNC
