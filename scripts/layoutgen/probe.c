@@ -270,6 +270,7 @@ main(void)
     OFF("st_entries_bound", st_table, entries_bound);
     OFF("st_entries", st_table, entries);
     FACT("id_scope_shift", RUBY_ID_SCOPE_SHIFT);
+    OFF("rbasic_klass", struct RBasic, klass);
 #ifdef RCLASS_EXT_PRIME
     fake_object(T_CLASS);
     where("rclass_super_at", &RCLASS_EXT_PRIME((VALUE)fake)->super, 0);

@@ -143,6 +143,7 @@ cdef extern from "sdb_registry.h" nogil:
         uint16_t succ_small_bits
         uint16_t succ_block_bits
         uint16_t rclass_super
+        uint16_t rbasic_klass
         uint16_t builtin_attr_c_trace
         uint16_t builtin_attr_leaf
         uint32_t frame_magic_mask

@@ -88,7 +88,9 @@ class RemoteRuby:
         L = self.L
         if value == L["qnil"] or value == 0:
             return None
-        head = self.read(value, 40, what)
+        span = max(L["rstring_heap_len"], L["rstring_heap_ptr"], L["rstring_embed_ary"],
+                   L["rstring_embed_len"] if L["rstring_embed_len"] != NA else 0) + 8
+        head = self.read(value, max(span, 40), what)    # an embedded string's first bytes too
         flags = struct.unpack_from("<Q", head, 0)[0]
         if flags & self.L["t_mask"] != self.L["t_string"]:
             raise RemoteReadError(f"{what} at 0x{value:x} is not a String (type 0x{flags & self.L['t_mask']:x})")
@@ -115,7 +117,7 @@ class RemoteRuby:
     def _array_span(self, ary: int, what: str) -> Tuple[int, int]:
         """(length, address of the first element) of a remote Array, embedded or not."""
         L = self.L
-        head = self.read(ary, 40, what)
+        head = self.read(ary, max(L["rarray_heap_len"], L["rarray_heap_ptr"], L["rarray_embed_ary"]) + 8, what)
         flags = struct.unpack_from("<Q", head, 0)[0]
         if self.type_of(flags) != self.L["t_array"]:
             raise RemoteReadError(f"{what} at 0x{ary:x} is not an Array")
@@ -132,7 +134,7 @@ class RemoteRuby:
 
     # ------------------------------------------------------------ ISeqs
     def iseq_body(self, iseq: int) -> int:
-        head = self.read(iseq, 24, "ISeq")
+        head = self.read(iseq, self.L["iseq_body"] + 8, "ISeq")
         flags = struct.unpack_from("<Q", head, 0)[0]
         if self.imemo_type(flags) != self.L["imemo_iseq"]:
             raise RemoteReadError(f"0x{iseq:x} is no longer an ISeq")
@@ -217,7 +219,7 @@ class RemoteRuby:
         (def, defined_class) the sampler saw there; another pair means the entry was moved or
         replaced since (RemoteReadError: no name rather than another entry's)."""
         L = self.L
-        head = self.read(me, 40, "method entry")
+        head = self.read(me, max(L["me_defined_class"], L["me_def"]) + 8, "method entry")
         flags = struct.unpack_from("<Q", head, 0)[0]
         if self.imemo_type(flags) != L["imemo_ment"]:
             raise RemoteReadError(f"0x{me:x} is not a method entry")
@@ -225,7 +227,7 @@ class RemoteRuby:
         d = struct.unpack_from("<Q", head, L["me_def"])[0]
         if expect is not None and expect != (d, defined_class):
             raise RemoteReadError(f"the method entry at 0x{me:x} was moved or replaced before it was read")
-        dbytes = self.read(d, L["def_original_id"] + 8, "method definition")
+        dbytes = self.read(d, max(L["def_original_id"], L["def_iseq"], L["def_type"]) + 8, "method definition")
         mtype = (dbytes[L["def_type"]] >> L["def_type_shift"]) & L["def_type_mask"]
         name = None
         if mtype == L["method_type_iseq"]:
@@ -245,8 +247,8 @@ class RemoteRuby:
 
     # ------------------------------------------------------------ classes
     def _class_head(self, klass: int) -> Tuple[int, int]:
-        flags, kls = struct.unpack("<QQ", self.read(klass, 16, "class"))
-        return flags, kls
+        head = self.read(klass, self.L["rbasic_klass"] + 8, "class")
+        return struct.unpack_from("<Q", head, 0)[0], struct.unpack_from("<Q", head, self.L["rbasic_klass"])[0]
 
     def class_of_method(self, klass: int) -> Tuple[Optional[str], bool]:
         """rb_profile_frame_classpath and singleton_method_p of a defined_class."""
@@ -273,7 +275,7 @@ class RemoteRuby:
 
     def real_class(self, obj: int) -> int:
         """rb_obj_class: the object's class, past singleton classes and included modules."""
-        klass = struct.unpack_from("<Q", self.read(obj, 16, "object"), 8)[0]
+        klass = self.u64(obj + self.L["rbasic_klass"], "object's class")
         for _ in range(64):
             flags, _k = self._class_head(klass)
             if self.type_of(flags) == self.L["t_iclass"] or flags & (1 << self.L["fl_singleton_bit"]):

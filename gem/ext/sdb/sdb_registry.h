@@ -232,6 +232,7 @@ struct sdb_layout {
     uint16_t succ_block_bits;    /* succ_dict_block.bits */
     /* classes and ISeq attributes */
     uint16_t rclass_super;       /* the superclass, from the class (RCLASS_SUPER) */
+    uint16_t rbasic_klass;       /* RBasic.klass: an object's class */
     uint16_t builtin_attr_c_trace; /* BUILTIN_ATTR_C_TRACE (3.4+; SDB_NA before) */
     uint16_t builtin_attr_leaf;  /* BUILTIN_ATTR_LEAF (where body_builtin_attrs is; SDB_NA before) */
     /* frame magics (vm_core.h VM_FRAME_MAGIC_*): ep[0] & frame_magic_mask */
