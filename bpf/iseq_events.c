@@ -34,14 +34,14 @@
 #define NSTR 4                      /* label, base_label, path, realpath */
 #define DATA_MAX (NSTR * STR_MAX)
 
-#define T_MASK 0x1f
-#define T_STRING 0x05
-#define T_ARRAY 0x07
-#define T_IMEMO 0x1a
-#define IMEMO_ISEQ 7
+/* Ruby's type tags and imemo types come from the layout row as -D flags (ebpf.py bpf_cflags):
+ * RB_T_MASK, RB_T_STRING, RB_T_ARRAY, RB_T_IMEMO, RB_IMEMO_SHIFT, RB_IMEMO_MASK, RB_IMEMO_ISEQ,
+ * RB_IMMEDIATE_MASK, RB_FIXNUM_SHIFT */
+#define IS_ISEQ(flags) \
+    (((flags) & RB_T_MASK) == RB_T_IMEMO && (((flags) >> RB_IMEMO_SHIFT) & RB_IMEMO_MASK) == RB_IMEMO_ISEQ)
 
 /* a heap object: 8-aligned, above the special constants (Qnil is 0x08 in 3.1, 0x04 from 3.2; Qundef 0x34 / 0x24) */
-#define IS_HEAP(v) ((v) > 0x100 && ((v) & 7) == 0)
+#define IS_HEAP(v) ((v) > 0x100 && ((v) & RB_IMMEDIATE_MASK) == 0)
 
 /* body words read at once: the fields used end at first_lineno (byte 96 on 3.x); a body is bigger */
 #define BODY_WORDS 16
@@ -131,7 +131,7 @@ static __always_inline void copy_string(struct event *ev, int i, u64 str, u32 *o
     ev->h.len[i] = 0;
     if (!IS_HEAP(str))              /* nil, false, immediates: no string */
         return;
-    if (bpf_probe_read_user(h, sizeof(h), (void *)str) != 0 || (h[0] & T_MASK) != T_STRING) {
+    if (bpf_probe_read_user(h, sizeof(h), (void *)str) != 0 || (h[0] & RB_T_MASK) != RB_T_STRING) {
         *ok = 0;
         return;
     }
@@ -223,7 +223,7 @@ static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe, u64 iseq
         ok = 0;
     flags = ih[0];
     body = ih[(ISEQ_BODY / 8) % 3];
-    if (!ok || (flags & T_MASK) != T_IMEMO || ((flags >> 12) & 0xf) != IMEMO_ISEQ || body == 0
+    if (!ok || !IS_ISEQ(flags) || body == 0
             || bpf_probe_read_user(b, sizeof(b), (void *)body) != 0) {
         ev->h.flags |= F_UNREADABLE;
         goto send;
@@ -236,7 +236,7 @@ static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe, u64 iseq
     ev->h.addr2 = b[BODY_ISEQ_ENCODED / 8];
     ev->h.type = (u32)(b[BODY_TYPE / 8] >> (8 * (BODY_TYPE % 8)));
 #if FIRST_LINENO_FIXNUM
-    ev->h.first_line = (s32)((s64)b[BODY_FIRST_LINENO / 8] >> 1);
+    ev->h.first_line = (s32)((s64)b[BODY_FIRST_LINENO / 8] >> RB_FIXNUM_SHIFT);
 #else
     ev->h.first_line = (s32)(b[BODY_FIRST_LINENO / 8] >> (8 * (BODY_FIRST_LINENO % 8)));
 #endif
@@ -247,7 +247,7 @@ static __always_inline int iseq_created(struct pt_regs *ctx, u32 probe, u64 iseq
         copy_string(ev, 1, b[BODY_BASE_LABEL / 8], &off, &ok);
     pathobj = b[BODY_PATHOBJ / 8];
     pflags = IS_HEAP(pathobj) ? rd64(pathobj, &ok) : 0;
-    if ((pflags & T_MASK) == T_ARRAY) {
+    if ((pflags & RB_T_MASK) == RB_T_ARRAY) {
         path = array_at(pathobj, 0, &ok);
         realpath = array_at(pathobj, 1, &ok);
         if (!IS_HEAP(realpath)) {
@@ -289,7 +289,7 @@ int iseq_moved(struct pt_regs *ctx)
     if (tgid == 0)
         return 0;
     flags = rd64(src, &ok);
-    if (!ok || (flags & T_MASK) != T_IMEMO || ((flags >> 12) & 0xf) != IMEMO_ISEQ)
+    if (!ok || !IS_ISEQ(flags))
         return 0;
     h.kind = EV_MOVE;
     h.time_ns = bpf_ktime_get_ns();

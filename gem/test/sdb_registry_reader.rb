@@ -11,7 +11,7 @@ module SdbRegistryReader
             span span_ec].freeze
   SLOT_FORMAT = "QLLQQQQQLLZ64QQ"
   SPANS = %w[spans_offset span_count strings_offset strings_size span_head strings_used strings_refused].freeze
-  SPANS_OFFSET = 672 # offsetof(struct sdb_header, spans_offset): right after the layout
+  SPANS_SIZE = 32 # the span fields end struct sdb_header: they start header_size - 32 bytes in
   SPAN = %w[seq span parent thread_serial at_ns what kind endpoint status request_id].freeze
   SPAN_FORMAT = "Q5L4Z64"
   SPAN_SIZE = 128
@@ -28,7 +28,7 @@ module SdbRegistryReader
     # layout.cfp_sp and layout.body_local_table_size: the 63rd and 64th uint16 of struct sdb_layout
     header["link_fields"] = data.byteslice(LAYOUT_OFFSET + 2 * 62, 4).unpack("SS")
     header["file_size"] = data.bytesize
-    header.merge!(SPANS.zip(data.byteslice(SPANS_OFFSET, 32).unpack("L4QL2")).to_h)
+    header.merge!(SPANS.zip(data.byteslice(header["header_size"] - SPANS_SIZE, SPANS_SIZE).unpack("L4QL2")).to_h)
     slots = (0...header["slot_count"]).map do |i|
       raw = data.byteslice(header["slots_offset"] + i * header["slot_size"], header["slot_size"])
       SLOT.zip(raw.unpack(SLOT_FORMAT)).to_h.merge("index" => i)

@@ -53,7 +53,10 @@ class TestLayoutCheck < Minitest::Test
     assert_equal "DISABLED", JSON.parse(out)["status"]
   end
 
-  %w[thread_ec cfp_iseq body_pathobj body_first_lineno cfp_size].each do |field|
+  # offsets, and Ruby's numbers: the type tags and st_table (this Ruby's headers say), the imemo type
+  # and the frame magics and env flags (this thread's own frames say)
+  %w[thread_ec cfp_iseq body_pathobj body_first_lineno cfp_size t_string st_entries imemo_iseq
+     frame_magic_cfunc frame_magic_dummy frame_magic_method env_flag_local frame_flag_finish].each do |field|
     define_method("test_layout_with_a_wrong_#{field}_is_refused_without_crashing") do
       out, err, status = run_ruby(PROBE, "SDB_TEST_CORRUPT_LAYOUT" => field)
       assert status.success?, "child crashed or failed: #{status.inspect}\n#{err}"

@@ -62,7 +62,7 @@ class ProbeFailed(Exception):
 
 # ------------------------------------------------------------------ the struct's fields
 def layout_sections() -> List[List[str]]:
-    """The uint16_t fields of struct sdb_layout (sdb_registry.h) in order, without the reserved,
+    """The uint16_t and uint32_t fields of struct sdb_layout (sdb_registry.h) in order, without the reserved,
     in the groups its comments make."""
     text = REGISTRY_H.read_text()
     body = text[text.index("struct sdb_layout {"):]
@@ -71,7 +71,7 @@ def layout_sections() -> List[List[str]]:
     for line in body.splitlines():
         if re.match(r"^    /\*", line) and sections[-1]:
             sections.append([])
-        m = re.match(r"^\s*uint16_t (\w+);", line)
+        m = re.match(r"^\s*uint(?:16|32)_t (\w+);", line)
         if m and not m.group(1).startswith("reserved"):
             sections[-1].append(m.group(1))
     return [s for s in sections if s]
@@ -177,6 +177,72 @@ int main(void) {
     return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
 
 
+def source_piece(tree: Path, file: str, pattern: str) -> str:
+    """The text of `file` that `pattern` (a regex, re.S|re.M) matches: a definition a .c file keeps
+    to itself, to be compiled into the probe as Ruby wrote it."""
+    m = re.search(pattern, (tree / file).read_text(errors="replace"), re.S | re.M)
+    if not m:
+        raise ProbeFailed(f"{tree}/{file}: no match for {pattern!r}: read it and teach cfile_facts")
+    return m.group(0)
+
+
+def cfile_facts(tree: Path, workdir: Path) -> Dict[str, int]:
+    """Facts Ruby keeps inside .c files, from those files' own definitions compiled here:
+    st.c's st_table_entry, symbol.c's ID chunks (and rb_symbols_t where symbol.h has none, 4.0),
+    iseq.c's succinct line index (struct succ_index_table and its rank macros)."""
+    symbols_in_h = "} rb_symbols_t;" in (tree / "symbol.h").read_text(errors="replace")
+    pieces = [
+        source_piece(tree, "st.c", r"^typedef \w+ st_hash_t;"),
+        source_piece(tree, "st.c", r"^struct st_table_entry \{.*?\};"),
+        source_piece(tree, "symbol.c", r"^(static const int ID_ENTRY_UNIT = \d+;|#define ID_ENTRY_UNIT \d+)"),
+        source_piece(tree, "symbol.c", r"^enum id_entry_type \{.*?\};"),
+        '#include "symbol.h"' if symbols_in_h else
+        source_piece(tree, "symbol.c", r"^typedef struct \{[^{}]*\} rb_symbols_t;"),
+        source_piece(tree, "iseq.c", r"^#define IMMEDIATE_TABLE_SIZE .*?$"),
+        source_piece(tree, "iseq.c", r"^struct succ_index_table \{.*?\n\};"),
+        source_piece(tree, "iseq.c", r"^#define imm_block_rank_set.*?$"),
+        source_piece(tree, "iseq.c", r"^#define small_block_rank_set.*?$"),
+    ]
+    probe = workdir / "cfile_probe.c"
+    probe.write_text("""#include "ruby/ruby.h"
+#include "ruby/st.h"
+#include "ruby/atomic.h"
+#include "internal/compilers.h"
+#include "id.h"
+#include <stddef.h>
+#include <stdio.h>
+""" + "\n".join(pieces) + r"""
+#define P(name, v) printf("%s %lu\n", name, (unsigned long)(v))
+static int bit(uint64_t v) { return v ? __builtin_ctzll(v) : -1; }
+int main(void) {
+    struct succ_index_table *t = 0;
+    uint64_t v = 0, w = 0;
+    P("st_entry_size", sizeof(struct st_table_entry));
+    P("st_entry_key", offsetof(struct st_table_entry, key));
+    P("st_entry_record", offsetof(struct st_table_entry, record));
+    P("id_entry_unit", ID_ENTRY_UNIT);
+    P("id_entry_size", ID_ENTRY_SIZE);
+    P("id_entry_str", ID_ENTRY_STR);
+    P("symbols_ids", offsetof(rb_symbols_t, ids));
+    P("succ_imm_entries", IMMEDIATE_TABLE_SIZE);
+    P("succ_imm_per_word", IMMEDIATE_TABLE_SIZE / (sizeof t->imm_part / sizeof t->imm_part[0]));
+    imm_block_rank_set(v, 1, 1);
+    P("succ_imm_bits", bit(v));
+    P("succ_part", offsetof(struct succ_index_table, succ_part));
+    P("succ_block_size", sizeof(struct succ_dict_block));
+    P("succ_block_positions", sizeof t->succ_part[0].bits * 8);
+    P("succ_block_rank", offsetof(struct succ_dict_block, rank));
+    P("succ_block_small_ranks", offsetof(struct succ_dict_block, small_block_ranks));
+    small_block_rank_set(w, 2, 1);
+    P("succ_small_bits", bit(w));
+    P("succ_block_bits", offsetof(struct succ_dict_block, bits));
+    return 0;
+}
+""")
+    out = compile_and_run(tree, probe, {}, workdir)
+    return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+
+
 def probe_tree(tree: Path) -> Dict[str, object]:
     """The raw facts of one tree: {name: int | None (not in this Ruby) | tuple}."""
     if not (tree / "vm_core.h").is_file():
@@ -194,6 +260,7 @@ def probe_tree(tree: Path) -> Dict[str, object]:
                 facts[name] = int(vals[0])
             else:
                 facts[name] = tuple(vals)
+        facts.update(cfile_facts(tree, Path(tmp)))
         if facts["ruby_api_version"] < (3, 2):
             facts.update(objspace_facts(tree, Path(tmp)))
     return facts
@@ -232,6 +299,12 @@ def row_fields(facts: Dict[str, object]) -> Dict[str, int]:
         row["rstring_embed_len_mask"] = f["rstring_flags_len_mask"]
         if row["rstring_embed_len_shift"] is None:
             raise ProbeFailed("an embedded string's length is neither a word nor in the flags")
+    byte, shift, mask = (int(x) for x in f["def_type_bits"])
+    row.update(def_type=byte, def_type_shift=shift, def_type_mask=mask)
+    kind, off = f["rclass_super_at"]
+    if kind == "unknown":
+        raise ProbeFailed("RCLASS_SUPER reads neither a word of the class nor of its classext")
+    row["rclass_super"] = int(off)
     kind, off = f["class_ext"]
     row["class_ext"] = int(off) if kind == "embedded" else NA
     row["class_ext_ptr"] = int(off) if kind == "pointer" else NA
@@ -340,11 +413,14 @@ FOOTER = """\
 
 #endif /* SDB_LAYOUTS_H */
 """
-HEX = ("thread_status_mask", "rstring_embed_len_mask", "rarray_embed_len_mask", "qnil")
+HEX = ("thread_status_mask", "rstring_embed_len_mask", "rarray_embed_len_mask", "qnil", "t_mask", "imemo_mask",
+       "def_type_mask", "env_flag_local", "env_prev_tag_mask", "immediate_mask", "frame_flag_finish", "builtin_attr_c_trace", "builtin_attr_leaf") + tuple(
+    f"frame_magic_{m}" for m in ("mask", "method", "top", "cfunc", "ifunc", "eval", "dummy"))
 
 
 def source_of(row: Row, facts_from_gc: bool) -> str:
-    files = "vm_core.h, iseq.h, method.h, id.h, internal/class.h, include/ruby/internal/, vm_backtrace.c"
+    files = ("vm_core.h, iseq.h, method.h, id.h, internal/class.h, internal/imemo.h, include/ruby/internal/, "
+             "include/ruby/st.h, vm_backtrace.c, st.c, symbol.c, iseq.c")
     if facts_from_gc:
         files += ", gc.c"
     return f"generated by {GENERATOR} from {row.tag} ({files}); {row.origin}"

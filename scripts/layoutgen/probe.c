@@ -204,5 +204,86 @@ main(void)
     FACT("fl_singleton_bit", bit_number(FL_SINGLETON));
     FACT("tlast_op_id", tLAST_OP_ID);
     FACT("qnil", Qnil);
+
+    /* Ruby's own numbers: type tags, imemo types, frame magics and flags, the enums */
+    FACT("t_mask", RUBY_T_MASK);
+    FACT("t_class", RUBY_T_CLASS);
+    FACT("t_module", RUBY_T_MODULE);
+    FACT("t_string", RUBY_T_STRING);
+    FACT("t_array", RUBY_T_ARRAY);
+    FACT("t_imemo", RUBY_T_IMEMO);
+    FACT("t_iclass", RUBY_T_ICLASS);
+    FACT("imemo_shift", FL_USHIFT);
+    FACT("imemo_mask", IMEMO_MASK);
+    FACT("imemo_cref", imemo_cref);
+    FACT("imemo_svar", imemo_svar);
+    FACT("imemo_ment", imemo_ment);
+    FACT("imemo_iseq", imemo_iseq);
+    {   /* imemo_type() itself must read the type where shift and mask say */
+        fake_object(RUBY_T_IMEMO | ((VALUE)imemo_ment << FL_USHIFT));
+        if (imemo_type((VALUE)fake) != imemo_ment) { fprintf(stderr, "imemo_type is not (flags >> FL_USHIFT) & IMEMO_MASK\n"); return 1; }
+    }
+    FACT("env_flag_local", VM_ENV_FLAG_LOCAL);
+    FACT("frame_flag_finish", VM_FRAME_FLAG_FINISH);
+    FACT("env_prev_tag_mask", ~(unsigned long)(uintptr_t)GC_GUARDED_PTR_REF((VALUE)~0ul));
+    FACT("env_data_size", VM_ENV_DATA_SIZE);
+    FACT("immediate_mask", RUBY_IMMEDIATE_MASK);
+    FACT("fixnum_shift", bit_number(RB_INT2FIX(1) & ~(VALUE)RUBY_FIXNUM_FLAG));
+    FACT("frame_magic_mask", VM_FRAME_MAGIC_MASK);
+    FACT("frame_magic_method", VM_FRAME_MAGIC_METHOD);
+    FACT("frame_magic_top", VM_FRAME_MAGIC_TOP);
+    FACT("frame_magic_cfunc", VM_FRAME_MAGIC_CFUNC);
+    FACT("frame_magic_ifunc", VM_FRAME_MAGIC_IFUNC);
+    FACT("frame_magic_eval", VM_FRAME_MAGIC_EVAL);
+    FACT("frame_magic_dummy", VM_FRAME_MAGIC_DUMMY);
+    FACT("iseq_type_top", ISEQ_TYPE_TOP);
+    FACT("iseq_type_method", ISEQ_TYPE_METHOD);
+    FACT("iseq_type_block", ISEQ_TYPE_BLOCK);
+    FACT("iseq_type_class", ISEQ_TYPE_CLASS);
+    FACT("iseq_type_rescue", ISEQ_TYPE_RESCUE);
+    FACT("iseq_type_ensure", ISEQ_TYPE_ENSURE);
+    FACT("iseq_type_eval", ISEQ_TYPE_EVAL);
+    FACT("iseq_type_main", ISEQ_TYPE_MAIN);
+    FACT("iseq_type_plain", ISEQ_TYPE_PLAIN);
+    BITFIELD("def_type_bits", rb_method_definition_t, type);
+    OFF("def_iseq", rb_method_definition_t, body.iseq.iseqptr);
+    OFF("def_cfunc_func", rb_method_definition_t, body.cfunc.func);
+    OFF("def_cfunc_argc", rb_method_definition_t, body.cfunc.argc);
+    FACT("method_type_iseq", VM_METHOD_TYPE_ISEQ);
+    FACT("method_type_cfunc", VM_METHOD_TYPE_CFUNC);
+    FACT("method_type_attrset", VM_METHOD_TYPE_ATTRSET);
+    FACT("method_type_ivar", VM_METHOD_TYPE_IVAR);
+    FACT("method_type_bmethod", VM_METHOD_TYPE_BMETHOD);
+    FACT("method_type_zsuper", VM_METHOD_TYPE_ZSUPER);
+    FACT("method_type_alias", VM_METHOD_TYPE_ALIAS);
+    FACT("method_type_undef", VM_METHOD_TYPE_UNDEF);
+    FACT("method_type_notimplemented", VM_METHOD_TYPE_NOTIMPLEMENTED);
+    FACT("method_type_optimized", VM_METHOD_TYPE_OPTIMIZED);
+    FACT("method_type_missing", VM_METHOD_TYPE_MISSING);
+    FACT("method_type_refined", VM_METHOD_TYPE_REFINED);
+    FACT("thread_runnable", THREAD_RUNNABLE);
+    FACT("thread_stopped", THREAD_STOPPED);
+    FACT("thread_stopped_forever", THREAD_STOPPED_FOREVER);
+    FACT("thread_killed", THREAD_KILLED);
+    OFF("st_num_entries", st_table, num_entries);
+    OFF("st_entries_start", st_table, entries_start);
+    OFF("st_entries_bound", st_table, entries_bound);
+    OFF("st_entries", st_table, entries);
+    FACT("id_scope_shift", RUBY_ID_SCOPE_SHIFT);
+    OFF("rbasic_klass", struct RBasic, klass);
+#ifdef RCLASS_EXT_PRIME
+    fake_object(T_CLASS);
+    where("rclass_super_at", &RCLASS_EXT_PRIME((VALUE)fake)->super, 0);
+#else
+    fake_object(T_CLASS);
+    where("rclass_super_at", (const void *)RCLASS_SUPER((VALUE)fake), 1);
+#endif
+#ifdef SDB_HAVE_BUILTIN_ATTR_C_TRACE
+    FACT("builtin_attr_c_trace", BUILTIN_ATTR_C_TRACE);
+    FACT("builtin_attr_leaf", BUILTIN_ATTR_LEAF);
+#else
+    NA("builtin_attr_c_trace");
+    NA("builtin_attr_leaf");
+#endif
     return 0;
 }

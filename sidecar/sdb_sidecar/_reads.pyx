@@ -6,7 +6,7 @@ the walk (_walk.pyx). Its __cinit__ takes the Sampler's arguments (Cython passes
 layer): the registry checked, the layout copied and checked, the per-slot caches."""
 from libc.stdio cimport snprintf
 from sdb_sidecar._readbatch cimport sdb_batch_init, sdb_batch_free, sdb_batch_run
-from sdb_sidecar._tstate cimport (sdb_kernel_state, sdb_state_from_status, sdb_tstate_close,
+from sdb_sidecar._tstate cimport (sdb_kernel_state, sdb_state_from_status, sdb_thread_statuses, sdb_tstate_close,
                                   SDB_KV_ON_CPU as KV_ON_CPU, SDB_KV_UNKNOWN as KV_UNKNOWN)
 from sdb_sidecar._registry cimport layout_problem
 from sdb_sidecar._registry import RegistryError
@@ -387,8 +387,13 @@ cdef class Reads:
     cdef uint32_t state_from_status(self, Job *job) noexcept nogil:
         """Ruby 3.1: the state th->status says (native/tstate.c); read_jobs asks the kernel which
         runnable thread waits for the GVL."""
+        cdef sdb_thread_statuses v
+        v.runnable = self.L.thread_runnable
+        v.stopped = self.L.thread_stopped
+        v.stopped_forever = self.L.thread_stopped_forever
+        v.killed = self.L.thread_killed
         return sdb_state_from_status((job.th[self.L.thread_status - self.th_lo] >> self.L.thread_status_shift)
-                                     & self.L.thread_status_mask)
+                                     & self.L.thread_status_mask, &v)
 
     @property
     def uses_thread_status(self):

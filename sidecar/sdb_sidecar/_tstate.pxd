@@ -27,7 +27,12 @@ cdef extern from "tstate.h" nogil:
     int sdb_kernel_state(sdb_tstate *t, const char *task_dir, uint32_t tid)
     uint64_t sdb_switch_ins(sdb_tstate *t, const char *task_dir, uint32_t tid)
     void sdb_tstate_close(sdb_tstate *t)
-    uint32_t sdb_state_from_status(uint32_t status)
+    ctypedef struct sdb_thread_statuses:
+        uint32_t runnable
+        uint32_t stopped
+        uint32_t stopped_forever
+        uint32_t killed
+    uint32_t sdb_state_from_status(uint32_t status, const sdb_thread_statuses *values)
     int sdb_kv_holds(const sdb_kview *kv, sdb_tstate *t, uint32_t tid, uint64_t *word,
                      const void *others, size_t stride, uint32_t n)
     uint64_t sdb_kv_settle(const sdb_kview *kv, sdb_tstate *t, const char *task_dir, uint32_t tid,

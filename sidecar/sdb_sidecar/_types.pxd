@@ -13,27 +13,13 @@ cdef enum:
     KIND_TRUNCATED = 3
     KIND_GC = 4             # "(garbage collection)": the thread was in GC, on top of its stack
 
-# Frame magic (ep[0] & 0x7fff0001) the checks use, stable across Ruby 3.x (vm_core.h).
+# Ruby's numbers (frame magics, env flags, ISeq and imemo types) are fields of the layout row
+# (struct sdb_layout: self.L.frame_magic_cfunc, self.L.imemo_ment, ...), never written here.
 cdef enum:
-    MAGIC_MASK = 0x7fff0001
-    MAGIC_METHOD = 0x11110001
-    MAGIC_TOP = 0x44440001
-    MAGIC_CFUNC = 0x55550001
-    MAGIC_IFUNC = 0x66660001
-    MAGIC_EVAL = 0x77770001
-    MAGIC_DUMMY = 0x79990001
-    ENV_FLAG_LOCAL = 0x2
-    FRAME_FLAG_FINISH = 0x20    # the frame returns to C: what a C function calls has it
-    ISEQ_TYPE_METHOD = 1        # enum rb_iseq_type (vm_core.h, the same in 3.x)
-    ISEQ_TYPE_BLOCK = 2
     LAYOUT_NA = 0xffff          # SDB_NA: a layout field the row does not have
 
-# imemo types (internal/imemo.h, the same in 3.x): what ep[-2] (cref_or_me) may hold
 cdef enum:
-    IMEMO_CREF = 1
-    IMEMO_SVAR = 2
-    IMEMO_MENT = 6
-    IMEMO_NONE = 0xff       # not an imemo (or unreadable)
+    IMEMO_NONE = 0xffff     # the sampler's own: not an imemo (or unreadable); no imemo type is this
     ME_WALK_MAX = 64        # env levels followed at most (Ruby nests blocks far less deep)
 
 cdef enum:

@@ -44,10 +44,10 @@ cdef class Walk(Reads):
         """Ruby's check_method_entry: v if it is a method entry, the svar's one, else 0."""
         cdef uint64_t inner, unused
         cdef uint32_t t = self.value_type(v, &inner)
-        if t == IMEMO_MENT:
+        if t == self.L.imemo_ment:
             return v
         # (the inner value's own out-parameter is another variable: value_type zeroes it first)
-        if t == IMEMO_SVAR and can_be_svar and self.value_type(inner, &unused) == IMEMO_MENT:
+        if t == self.L.imemo_svar and can_be_svar and self.value_type(inner, &unused) == self.L.imemo_ment:
             return inner
         return 0
 

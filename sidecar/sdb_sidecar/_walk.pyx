@@ -82,7 +82,8 @@ cdef class Walk(Reads):
             return 0
         flags = u64_at(ib, 0)
         body = u64_at(ib, self.L.iseq_body)
-        if (flags & 0x1f) != 0x1a or ((flags >> 12) & 0xf) != 7 or body == 0:
+        if (flags & self.L.t_mask) != self.L.t_imemo \
+                or ((flags >> self.L.imemo_shift) & self.L.imemo_mask) != self.L.imemo_iseq or body == 0:
             return 0
         if self.read1(body, bb, span) != span:
             return 0
@@ -178,7 +179,7 @@ cdef class Walk(Reads):
 
     # Ruby's rb_vm_frame_method_entry: from the frame's ep, while the env is not local
     # (ep[0] & VM_ENV_FLAG_LOCAL), ep[-2] is the method entry if it is an imemo_ment, else go to
-    # the previous env (ep[-1] & ~3); at the local env ep[-2] is a ment, a cref (no method) or an
+    # the previous env (ep[-1] & ~env_prev_tag_mask); at the local env ep[-2] is a ment, a cref (no method) or an
     # svar holding cref_or_me. The ep words come from phase 3's spans (one VM stack: the
     # previous env of a block is mostly a deeper frame's, already read); heap envs (escaped
     # blocks, procs) not in the spans and the type of each ep[-2] value are read at first sight.
@@ -188,16 +189,16 @@ cdef class Walk(Reads):
         cdef TypeEnt ent
         cdef const TypeEnt *known
         inner[0] = 0
-        if v < 4096 or (v & 7):
+        if v < 4096 or (v & self.L.immediate_mask):
             return IMEMO_NONE           # Qfalse, Qnil, special constants
         known = <const TypeEnt *>sdb_intern_find_u64(&self.types, sdb_mix64(v), v)
         if known != NULL:
             inner[0] = known.inner
             return known.type
         t = IMEMO_NONE
-        if self.read1(v, buf, 16) == 16 and (buf[0] & 0x1f) == 0x1a:
-            t = <uint32_t>((buf[0] >> 12) & 0xf)
-            if t == IMEMO_SVAR:
+        if self.read1(v, buf, 16) == 16 and (buf[0] & self.L.t_mask) == self.L.t_imemo:
+            t = <uint32_t>((buf[0] >> self.L.imemo_shift) & self.L.imemo_mask)
+            if t == self.L.imemo_svar:
                 inner[0] = buf[1]
         elif self.read1(v, buf, 8) != 8:
             return IMEMO_NONE           # unreadable now: not cached
@@ -216,12 +217,12 @@ cdef class Walk(Reads):
         cdef const Cluster *cl
         cdef const uint64_t *d = epd
         for level in range(ME_WALK_MAX):
-            if d[2] & ENV_FLAG_LOCAL:
+            if d[2] & self.L.env_flag_local:
                 return self.check_me(d[0], 1)
             me = self.check_me(d[0], 0)
             if me != 0:
                 return me
-            p = d[1] & ~(<uint64_t>3)
+            p = d[1] & ~(<uint64_t>self.L.env_prev_tag_mask)
             if p < 16 or p >= ADDR_MAX or (p & 7):
                 return 0                    # no env there (torn, or garbage: never used as an offset)
             d = NULL
@@ -281,7 +282,7 @@ cdef class Walk(Reads):
     cdef int link_ok(self, Job *job, uint32_t j, RawFrame *r) noexcept nogil:
         """0 when Ruby frame j (a method's) cannot be the callee of the Ruby frame below it. A call
         sets the caller's sp to its receiver's slot and puts the method's locals and env right
-        after it (vm_call_iseq_setup_normal): ep = caller's sp + (local_table_size + 3) words. A
+        after it (vm_call_iseq_setup_normal): ep = caller's sp + (local_table_size + env_data_size) words. A
         frame the thread left, still in memory above a Ruby frame it entered since, sits where its
         old caller's sp was: it fails this unless the new frame has the same sp there. 1 when the
         link holds or cannot be checked (no such field in the row, a block or other frame, a C
@@ -309,7 +310,7 @@ cdef class Walk(Reads):
             e = self.iseq_lookup(r.iseq)
             if e == NULL:
                 return 0
-        if e.type != ISEQ_TYPE_METHOD or e.locals >= 65536:
+        if e.type != self.L.iseq_type_method or e.locals >= 65536:
             return 1
         # an env Ruby moved to the heap (a block of the method became a Proc: vm_make_env_each sets
         # cfp->ep to the copy) has no place relative to the caller's sp: nothing to check. Sidekiq's
@@ -321,10 +322,10 @@ cdef class Walk(Reads):
         # the caller a method or a block (an eval's or a class body's sp may lie elsewhere: the
         # binding's env); known from this or an earlier read, else not checked
         pe = self.iseq_lookup(p.iseq)
-        if pe == NULL or (pe.type != ISEQ_TYPE_METHOD and pe.type != ISEQ_TYPE_BLOCK):
+        if pe == NULL or (pe.type != self.L.iseq_type_method and pe.type != self.L.iseq_type_block):
             return 1
         psp = u64_at(self.rawbuf + job.raw_off, (j + 1) * self.L.cfp_size + self.L.cfp_sp)
-        return r.ep == psp + (<uint64_t>e.locals + 3) * 8
+        return r.ep == psp + (<uint64_t>e.locals + self.L.env_data_size) * 8
 
     cdef int finish_job(self, Job *job, uint64_t now) noexcept nogil:
         """Phase 4 for one job: checks, interning, the sample. Returns an R_* outcome."""
@@ -380,7 +381,7 @@ cdef class Walk(Reads):
                 if j + 1 < job.nf and self.raw[job.frame0 + j + 1].iseq == 0 \
                         and self.raw[job.frame0 + j + 1].ep_off != NO_EP \
                         and ((<const uint64_t *>(self.eparena + self.raw[job.frame0 + j + 1].ep_off))[2]
-                             & MAGIC_MASK) == MAGIC_CFUNC:
+                             & self.L.frame_magic_mask) == self.L.frame_magic_cfunc:
                     # called by a C function: Ruby marks such a frame FINISH (vm_call0, invoke_block);
                     # without it, this is a frame the thread left, still in memory above the C
                     # function it has called since. A C function's frame is known by its ISeq 0
@@ -388,7 +389,7 @@ cdef class Walk(Reads):
                     # it (gen_send_cfunc), and a frame copied while the interpreter writes it can
                     # show the C function's ISeq 0 beside the pc of the Ruby frame it replaces
                     if r.ep_off == NO_EP or ((<const uint64_t *>(self.eparena + r.ep_off))[2]
-                                             & FRAME_FLAG_FINISH) == 0:
+                                             & self.L.frame_flag_finish) == 0:
                         return R_TORN
                 f.kind = KIND_RUBY          # checked below: a real ISeq with pc inside it
                 f.iseq = r.iseq
@@ -401,8 +402,8 @@ cdef class Walk(Reads):
                 return R_TORN               # a frame with no env: copied while it was written
             epd = <const uint64_t *>(self.eparena + r.ep_off)      # ep[-2], ep[-1], ep[0]
             ep0 = epd[2]
-            magic = ep0 & MAGIC_MASK
-            if r.iseq == 0 and magic == MAGIC_CFUNC:
+            magic = ep0 & self.L.frame_magic_mask
+            if r.iseq == 0 and magic == self.L.frame_magic_cfunc:
                 f.kind = KIND_CFUNC
                 f.iseq = 0
                 f.pc = 0
@@ -410,13 +411,14 @@ cdef class Walk(Reads):
                 if f.me == 0 or self.check_me(f.me, 0) == 0:
                     return R_TORN       # ep[-2] is not a method entry: read while the frame changed
                 n_out += 1
-            elif r.iseq != 0 and magic == MAGIC_IFUNC:
+            elif r.iseq != 0 and magic == self.L.frame_magic_ifunc:
                 f.kind = KIND_OTHER
                 f.iseq = 0
                 f.pc = 0
                 f.me = 0
                 n_out += 1
-            elif magic != MAGIC_DUMMY and magic != MAGIC_TOP and magic != MAGIC_EVAL:
+            elif magic != self.L.frame_magic_dummy and magic != self.L.frame_magic_top \
+                    and magic != self.L.frame_magic_eval:
                 return R_TORN               # a method, block or class frame without ISeq and pc: half written
         if job.truncated:
             f = &self.cur[n_out]

@@ -36,6 +36,7 @@ from typing import Callable, Deque, Dict, List, Optional, Tuple
 
 from . import _sampler, probes, uprobe_link
 from .bpfload import COMPILE_NICE, EbpfUnavailable, _import_bcc, bpf_source, check_available, lowered_priority
+from .symbols import trace_iseq_type
 from .governor import BACKOFF_MAX_S, DEFAULT_MAX_RATE, Governor
 from .wakeup import Wakeup
 
@@ -75,6 +76,11 @@ def bpf_cflags(layout: dict) -> List[str]:
         "RARY_EMBED_BIT": L["rarray_embed_bit"], "RARY_EMBED_LEN_SHIFT": L["rarray_embed_len_shift"],
         "RARY_EMBED_LEN_MASK": L["rarray_embed_len_mask"], "RARY_EMBED_ARY": L["rarray_embed_ary"],
         "RARY_HEAP_LEN": L["rarray_heap_len"], "RARY_HEAP_PTR": L["rarray_heap_ptr"],
+        # Ruby's numbers: type tags and where an imemo keeps its type
+        "RB_T_MASK": L["t_mask"], "RB_T_STRING": L["t_string"], "RB_T_ARRAY": L["t_array"],
+        "RB_T_IMEMO": L["t_imemo"], "RB_IMEMO_SHIFT": L["imemo_shift"], "RB_IMEMO_MASK": L["imemo_mask"],
+        "RB_IMEMO_ISEQ": L["imemo_iseq"], "RB_IMMEDIATE_MASK": L["immediate_mask"],
+        "RB_FIXNUM_SHIFT": L["fixnum_shift"],
     }
     consts["RINGBUF_PAGES"] = RINGBUF_PAGES
     return [f"-D{k}={int(v)}" for k, v in consts.items()]
@@ -484,7 +490,8 @@ class EbpfSymbolizer:
         # the same address then): the record names it from birth, but a move does not carry it
         t.records.append({"kind": "new", "addr": h.addr, "at_ns": h.time_ns, "probe": sym,
                              "label": label, "base_label": base_label, "path": path, "realpath": realpath,
-                             "first_line": h.first_line, "type": h.type, "encoded": h.addr2})
+                             "first_line": h.first_line, "type": trace_iseq_type(self.layout, h.type),
+                             "encoded": h.addr2})
 
     @staticmethod
     def _moved(t: _Target, old: int, new: int, t_ns: int) -> None:

@@ -3,46 +3,51 @@
 Every read goes through `Sampler.read_memory` (process_vm_readv) and may fail: the
 object can be freed or moved between the sample and this read. Failures raise
 `RemoteReadError`, which says what was being read; callers record the symbol as
-unknown rather than guess. All offsets come from the layout the gem published.
+unknown rather than guess. All offsets, and every Ruby number (type tags, imemo types, the
+enums, st_table, the symbol table, the succinct line index), come from the layout row the gem
+published (struct sdb_layout); the trace's own ISeq and method types are sdb_trace's.
 """
 from __future__ import annotations
 
 import struct
 from typing import Dict, Optional, Tuple
 
+from sdb_trace import ISEQ_TYPES, METHOD_TYPES
+
 NA = 0xFFFF
-T_MASK = 0x1F
-T_STRING = 0x05
-T_ARRAY = 0x07
-T_IMEMO = 0x1A
-IMEMO_ISEQ = 7
-IMEMO_MENT = 6
-ID_ENTRY_UNIT = 512  # symbol.c: ids is an Array of 512-entry chunks of [String, Symbol] pairs
 MAX_STRING = 64 * 1024
-IMM_TABLE = 54  # succ_index_table: ranks of the first 54 positions are kept immediately
 MAX_ISEQ_SIZE = 1 << 22  # instruction words; larger means the ISeq was freed and its memory reused
 
 
-T_CLASS = 0x02
-T_MODULE = 0x03
-T_ICLASS = 0x1C
-RCLASS_SUPER = 16  # struct RClass {RBasic basic; VALUE super; ...}, every 3.x
-BUILTIN_ATTR_C_TRACE = 0x08  # vm_core.h: a Ruby method Ruby's backtrace shows as a C method
-DEF_ISEQ = 0       # rb_method_type_t VM_METHOD_TYPE_ISEQ
-DEF_BODY = 8       # rb_method_definition_t.body (iseq: its rb_iseq_t* first)
-# ruby/st.h struct st_table (the same since Ruby 2.4): entries_start, entries_bound, entries;
-# st.c st_table_entry {hash, key, record}. Class ivars live in one on Ruby 3.1.
-ST_ENTRIES_START = 32
-ST_ENTRIES = 48
-ST_ENTRY_SIZE = 24
+def _trace_types(L: dict) -> Tuple[Dict[int, int], Dict[int, int]]:
+    """{Ruby's value: the trace's} for ISeq and method types, made once per layout dict."""
+    got = _TRACE_TYPES.get(id(L))
+    if got is None or got[0] is not L:
+        got = (L, {L[f"iseq_type_{n}"]: i for i, n in enumerate(ISEQ_TYPES) if f"iseq_type_{n}" in L},
+               {L[f"method_type_{n}"]: i for i, n in enumerate(METHOD_TYPES) if f"method_type_{n}" in L})
+        _TRACE_TYPES[id(L)] = got
+    return got[1], got[2]
 
 
-def _special_const(v: int) -> bool:
-    return v == 0 or v & 7 != 0 or v < 4096
+_TRACE_TYPES: Dict[int, tuple] = {}
+
+
+def trace_iseq_type(L: dict, ruby_type: int) -> int:
+    """The trace's ISeq type (sdb_trace.ISEQ_TYPES) of the running Ruby's rb_iseq_type value; -1: none."""
+    return _trace_types(L)[0].get(ruby_type, -1)
+
+
+def trace_method_type(L: dict, ruby_type: int) -> int:
+    """The trace's method type (sdb_trace.METHOD_TYPES) of the running Ruby's rb_method_type_t; -1: none."""
+    return _trace_types(L)[1].get(ruby_type, -1)
+
+
+def _special_const(v: int, L: dict) -> bool:
+    return v == 0 or v & L["immediate_mask"] != 0 or v < 4096
 
 
 def _nil(v: Optional[int], L: dict) -> bool:
-    return v is None or v == 0 or v == L["qnil"] or v & 7 != 0
+    return v is None or v == 0 or v == L["qnil"] or v & L["immediate_mask"] != 0
 
 
 class RemoteReadError(Exception):
@@ -54,6 +59,17 @@ class RemoteRuby:
         self._read = sampler.read_memory
         self.L = layout
         self._lines: Dict[int, Optional[tuple]] = {}  # iseq -> (encoded, size, entries, table)
+
+    def type_of(self, flags: int) -> int:
+        """An object's type tag (RUBY_T_*) from its flags word."""
+        return flags & self.L["t_mask"]
+
+    def imemo_type(self, flags: int) -> int:
+        """An imemo's type (imemo_*) from its flags word; -1: not an imemo."""
+        L = self.L
+        if flags & L["t_mask"] != L["t_imemo"]:
+            return -1
+        return (flags >> L["imemo_shift"]) & L["imemo_mask"]
 
     # ------------------------------------------------------------ primitives
     def read(self, addr: int, n: int, what: str) -> bytes:
@@ -72,10 +88,12 @@ class RemoteRuby:
         L = self.L
         if value == L["qnil"] or value == 0:
             return None
-        head = self.read(value, 40, what)
+        span = max(L["rstring_heap_len"], L["rstring_heap_ptr"], L["rstring_embed_ary"],
+                   L["rstring_embed_len"] if L["rstring_embed_len"] != NA else 0) + 8
+        head = self.read(value, max(span, 40), what)    # an embedded string's first bytes too
         flags = struct.unpack_from("<Q", head, 0)[0]
-        if flags & T_MASK != T_STRING:
-            raise RemoteReadError(f"{what} at 0x{value:x} is not a String (type 0x{flags & T_MASK:x})")
+        if flags & self.L["t_mask"] != self.L["t_string"]:
+            raise RemoteReadError(f"{what} at 0x{value:x} is not a String (type 0x{flags & self.L['t_mask']:x})")
         if flags & (1 << L["rstring_noembed_bit"]):
             length = struct.unpack_from("<q", head, L["rstring_heap_len"])[0]
             ptr = struct.unpack_from("<Q", head, L["rstring_heap_ptr"])[0]
@@ -99,9 +117,9 @@ class RemoteRuby:
     def _array_span(self, ary: int, what: str) -> Tuple[int, int]:
         """(length, address of the first element) of a remote Array, embedded or not."""
         L = self.L
-        head = self.read(ary, 40, what)
+        head = self.read(ary, max(L["rarray_heap_len"], L["rarray_heap_ptr"], L["rarray_embed_ary"]) + 8, what)
         flags = struct.unpack_from("<Q", head, 0)[0]
-        if flags & T_MASK != T_ARRAY:
+        if self.type_of(flags) != self.L["t_array"]:
             raise RemoteReadError(f"{what} at 0x{ary:x} is not an Array")
         if flags & (1 << L["rarray_embed_bit"]):
             return (flags >> L["rarray_embed_len_shift"]) & L["rarray_embed_len_mask"], ary + L["rarray_embed_ary"]
@@ -116,9 +134,9 @@ class RemoteRuby:
 
     # ------------------------------------------------------------ ISeqs
     def iseq_body(self, iseq: int) -> int:
-        head = self.read(iseq, 24, "ISeq")
+        head = self.read(iseq, self.L["iseq_body"] + 8, "ISeq")
         flags = struct.unpack_from("<Q", head, 0)[0]
-        if flags & T_MASK != T_IMEMO or (flags >> 12) & 0xF != IMEMO_ISEQ:
+        if self.imemo_type(flags) != self.L["imemo_iseq"]:
             raise RemoteReadError(f"0x{iseq:x} is no longer an ISeq")
         body = struct.unpack_from("<Q", head, self.L["iseq_body"])[0]
         if body == 0:
@@ -134,7 +152,7 @@ class RemoteRuby:
         b = self.read(body, span, "ISeq body")
         pathobj = struct.unpack_from("<Q", b, L["body_pathobj"])[0]
         head = self.read(pathobj, 8, "ISeq path")
-        items = () if struct.unpack_from("<Q", head, 0)[0] & T_MASK == T_STRING else \
+        items = () if self.type_of(struct.unpack_from("<Q", head, 0)[0]) == L["t_string"] else \
             tuple(self.array(pathobj, "ISeq path array")[:2])
         refs = (struct.unpack_from("<Q", b, L["body_label"])[0], struct.unpack_from("<Q", b, L["body_base_label"])[0],
                 pathobj, items)
@@ -151,7 +169,7 @@ class RemoteRuby:
         label = self.string(label_v, "ISeq label") or ""
         base_label = self.string(base_v, "ISeq base label") or ""
         if L["body_first_lineno_is_fixnum"]:
-            first_line = struct.unpack_from("<q", b, L["body_first_lineno"])[0] >> 1
+            first_line = struct.unpack_from("<q", b, L["body_first_lineno"])[0] >> L["fixnum_shift"]
         else:
             first_line = struct.unpack_from("<i", b, L["body_first_lineno"])[0]
         if not items:
@@ -162,10 +180,10 @@ class RemoteRuby:
         if self._iseq_refs(iseq)[::2] != (body, refs):
             raise RemoteReadError(f"ISeq 0x{iseq:x}: its name's objects moved while they were read")
         info = {"label": label, "base_label": base_label, "path": path, "realpath": realpath,
-                "first_line": first_line, "type": itype}
+                "first_line": first_line, "type": trace_iseq_type(L, itype)}
         if L["body_builtin_attrs"] != NA:
             attrs = struct.unpack("<I", self.read(body + L["body_builtin_attrs"], 4, "ISeq attributes"))[0]
-            if attrs & BUILTIN_ATTR_C_TRACE:
+            if L["builtin_attr_c_trace"] != NA and attrs & L["builtin_attr_c_trace"]:
                 info["c_trace"] = True
         return info
 
@@ -181,10 +199,12 @@ class RemoteRuby:
         table = self.L["global_symbols_addr"]
         if not table:
             return None
-        serial = id_ >> 4 if id_ > self.L["tlast_op_id"] else id_
-        ids = self.u64(table + 16, "symbol table")
-        chunk = self.array_entry(ids, serial // ID_ENTRY_UNIT, "symbol table chunk")
-        return self.string(self.array_entry(chunk, (serial % ID_ENTRY_UNIT) * 2, "symbol table entry"), "method name")
+        L = self.L
+        serial = id_ >> L["id_scope_shift"] if id_ > L["tlast_op_id"] else id_
+        ids = self.u64(table + L["symbols_ids"], "symbol table")
+        chunk = self.array_entry(ids, serial // L["id_entry_unit"], "symbol table chunk")
+        entry = (serial % L["id_entry_unit"]) * L["id_entry_size"] + L["id_entry_str"]
+        return self.string(self.array_entry(chunk, entry, "symbol table entry"), "method name")
 
     def cfunc_name(self, me: int) -> Optional[str]:
         """The name Ruby's backtrace gives a C method frame (its original method name)."""
@@ -199,20 +219,20 @@ class RemoteRuby:
         (def, defined_class) the sampler saw there; another pair means the entry was moved or
         replaced since (RemoteReadError: no name rather than another entry's)."""
         L = self.L
-        head = self.read(me, 40, "method entry")
+        head = self.read(me, max(L["me_defined_class"], L["me_def"]) + 8, "method entry")
         flags = struct.unpack_from("<Q", head, 0)[0]
-        if flags & T_MASK != T_IMEMO or (flags >> 12) & 0xF != IMEMO_MENT:
+        if self.imemo_type(flags) != L["imemo_ment"]:
             raise RemoteReadError(f"0x{me:x} is not a method entry")
         defined_class = struct.unpack_from("<Q", head, L["me_defined_class"])[0]
         d = struct.unpack_from("<Q", head, L["me_def"])[0]
         if expect is not None and expect != (d, defined_class):
             raise RemoteReadError(f"the method entry at 0x{me:x} was moved or replaced before it was read")
-        dbytes = self.read(d, L["def_original_id"] + 8, "method definition")
-        mtype = dbytes[0] & 0xF
+        dbytes = self.read(d, max(L["def_original_id"], L["def_iseq"], L["def_type"]) + 8, "method definition")
+        mtype = (dbytes[L["def_type"]] >> L["def_type_shift"]) & L["def_type_mask"]
         name = None
-        if mtype == DEF_ISEQ:
+        if mtype == L["method_type_iseq"]:
             try:
-                name = self.iseq_info(struct.unpack_from("<Q", dbytes, DEF_BODY)[0])["base_label"]
+                name = self.iseq_info(struct.unpack_from("<Q", dbytes, L["def_iseq"])[0])["base_label"]
             except RemoteReadError:
                 name = None
         if name is None:
@@ -223,30 +243,31 @@ class RemoteRuby:
                 class_path, singleton = self.class_of_method(defined_class)
             except RemoteReadError:
                 class_path = None
-        return {"name": name, "type": mtype, "class_path": class_path, "singleton": singleton}
+        return {"name": name, "type": trace_method_type(L, mtype), "class_path": class_path, "singleton": singleton}
 
     # ------------------------------------------------------------ classes
     def _class_head(self, klass: int) -> Tuple[int, int]:
-        flags, kls = struct.unpack("<QQ", self.read(klass, 16, "class"))
-        return flags, kls
+        head = self.read(klass, self.L["rbasic_klass"] + 8, "class")
+        return struct.unpack_from("<Q", head, 0)[0], struct.unpack_from("<Q", head, self.L["rbasic_klass"])[0]
 
     def class_of_method(self, klass: int) -> Tuple[Optional[str], bool]:
         """rb_profile_frame_classpath and singleton_method_p of a defined_class."""
         flags, parent = self._class_head(klass)
-        t = flags & T_MASK
+        L = self.L
+        t = self.type_of(flags)
         # before 3.4 Ruby tests FL_SINGLETON on any defined_class: an ICLASS whose bit means
         # something else (RICLASS_IS_ORIGIN on 3.3) makes `Kernel.sleep`, as Ruby itself says
         flagged = bool(flags & (1 << self.L["fl_singleton_bit"]))
-        if t == T_ICLASS:                              # a module included: name the module
+        if t == L["t_iclass"]:                         # a module included: name the module
             return self.class_path(parent), flagged and bool(self.L["singleton_any_type"])
-        if t not in (T_CLASS, T_MODULE):
+        if t not in (L["t_class"], L["t_module"]):
             raise RemoteReadError(f"0x{klass:x} is not a class (type 0x{t:x})")
-        if flagged and (t == T_CLASS or self.L["singleton_any_type"]):
+        if flagged and (t == L["t_class"] or self.L["singleton_any_type"]):
             obj = self.attached_object(klass)
             if obj is None:
                 return None, True
-            oflags = self.u64(obj, "singleton's object") if not _special_const(obj) else 0
-            if not _special_const(obj) and oflags & T_MASK in (T_CLASS, T_MODULE):
+            oflags = self.u64(obj, "singleton's object") if not _special_const(obj, L) else 0
+            if not _special_const(obj, L) and self.type_of(oflags) in (L["t_class"], L["t_module"]):
                 return self.class_path(obj), True
             # rb_profile_frame_classpath: "#<%s:%p>" of the object's class
             return f"#<{self.class_path(self.real_class(obj)) or '?'}:0x{obj:016x}>", True
@@ -254,11 +275,11 @@ class RemoteRuby:
 
     def real_class(self, obj: int) -> int:
         """rb_obj_class: the object's class, past singleton classes and included modules."""
-        klass = struct.unpack_from("<Q", self.read(obj, 16, "object"), 8)[0]
+        klass = self.u64(obj + self.L["rbasic_klass"], "object's class")
         for _ in range(64):
             flags, _k = self._class_head(klass)
-            if flags & T_MASK == T_ICLASS or flags & (1 << self.L["fl_singleton_bit"]):
-                klass = self.u64(klass + RCLASS_SUPER, "superclass")
+            if self.type_of(flags) == self.L["t_iclass"] or flags & (1 << self.L["fl_singleton_bit"]):
+                klass = self.u64(klass + self.L["rclass_super"], "superclass")
                 continue
             return klass
         raise RemoteReadError(f"no class found for 0x{obj:x}")
@@ -278,15 +299,19 @@ class RemoteRuby:
         tbl = self.u64(ext + L["classext_iv_tbl"], "class ivar table")
         if not tbl:
             return None
-        head = self.read(tbl, ST_ENTRIES + 8, "class ivar table")
-        start, bound, entries = struct.unpack_from("<QQQ", head, ST_ENTRIES_START)
+        head = self.read(tbl, max(L["st_entries_start"], L["st_entries_bound"], L["st_entries"]) + 8,
+                         "class ivar table")
+        start, bound, entries = (struct.unpack_from("<Q", head, L[f])[0]
+                                 for f in ("st_entries_start", "st_entries_bound", "st_entries"))
         if bound < start or bound - start > 4096:
             raise RemoteReadError(f"class ivar table at 0x{tbl:x} has implausible bounds")
         if bound == start:
             return None
-        raw = self.read(entries + start * ST_ENTRY_SIZE, (bound - start) * ST_ENTRY_SIZE, "class ivar entries")
+        size = L["st_entry_size"]
+        raw = self.read(entries + start * size, (bound - start) * size, "class ivar entries")
         for i in range(bound - start):
-            _h, key, value = struct.unpack_from("<QQQ", raw, i * ST_ENTRY_SIZE)
+            key = struct.unpack_from("<Q", raw, i * size + L["st_entry_key"])[0]
+            value = struct.unpack_from("<Q", raw, i * size + L["st_entry_record"])[0]
             if key == id_:
                 return value
         return None
@@ -306,7 +331,7 @@ class RemoteRuby:
         if not _nil(path, L):
             return self.string(path, "class path")
         flags, meta = self._class_head(klass)
-        if flags & T_MASK == T_MODULE and depth < 4:
+        if self.type_of(flags) == L["t_module"] and depth < 4:
             # rb_tmp_class_path: a module whose class is not Module (a Refinement) names that class
             mclass = self.real_class(klass)
             mname = self.class_path(mclass, depth + 1)
@@ -330,7 +355,7 @@ class RemoteRuby:
             size = struct.unpack_from("<I", b, L["body_iseq_size"])[0]
             encoded = struct.unpack_from("<Q", b, L["body_iseq_encoded"])[0]
             if L["body_first_lineno_is_fixnum"]:
-                first_line = struct.unpack_from("<q", b, L["body_first_lineno"])[0] >> 1
+                first_line = struct.unpack_from("<q", b, L["body_first_lineno"])[0] >> L["fixnum_shift"]
             else:
                 first_line = struct.unpack_from("<i", b, L["body_first_lineno"])[0]
             n = struct.unpack_from("<I", b, L["body_insns_info_size"])[0]
@@ -345,8 +370,9 @@ class RemoteRuby:
                 lines = [struct.unpack_from("<i", raw, i * esz + lofs)[0] for i in range(n)]
             succ = None
             if n > 1 and succ_ptr:
-                nblocks = max(0, (size + 1 - IMM_TABLE + 511) // 512) + 1
-                succ = self.read(succ_ptr, 48 + 80 * nblocks, "line index")
+                per = L["succ_block_positions"]
+                nblocks = max(0, (size + 1 - L["succ_imm_entries"] + per - 1) // per) + 1
+                succ = self.read(succ_ptr, L["succ_part"] + L["succ_block_size"] * nblocks, "line index")
             table = (encoded, size, lines, succ, itype, first_line)
         except RemoteReadError:
             table = None
@@ -364,7 +390,7 @@ class RemoteRuby:
             return 0
         encoded, size, lines, succ, itype, first_line = t
         if pc == 0:
-            return 0 if itype == 0 else first_line
+            return 0 if itype == self.L["iseq_type_top"] else first_line
         n = (pc - encoded) // 8
         if n < 0 or n > size:
             return 0
@@ -373,26 +399,30 @@ class RemoteRuby:
             return 0
         if len(lines) == 1 or succ is None:
             return lines[0]
-        idx = _succ_index_lookup(succ, pos)
+        idx = _succ_index_lookup(self.L, succ, pos)
         if idx < 1 or idx > len(lines):
             return 0
         return lines[idx - 1]
 
 
-def _succ_index_lookup(table: bytes, x: int) -> int:
-    """Rank of position x in Ruby's succinct bit vector (iseq.c succ_index_lookup)."""
-    if x < IMM_TABLE:
-        imm = struct.unpack_from("<Q", table, 8 * (x // 9))[0]
-        return (imm >> (7 * (x % 9))) & 0x7F
-    b = (x - IMM_TABLE) // 512
-    bit = (x - IMM_TABLE) % 512
-    off = 48 + 80 * b
-    if off + 80 > len(table):
+def _succ_index_lookup(L: dict, table: bytes, x: int) -> int:
+    """Rank of position x in Ruby's succinct bit vector (iseq.c succ_index_lookup), its sizes and
+    bit widths from the layout row (succ_*)."""
+    imm, per_word, imm_bits = L["succ_imm_entries"], L["succ_imm_per_word"], L["succ_imm_bits"]
+    if x < imm:
+        word = struct.unpack_from("<Q", table, 8 * (x // per_word))[0]
+        return (word >> (imm_bits * (x % per_word))) & ((1 << imm_bits) - 1)
+    per, size = L["succ_block_positions"], L["succ_block_size"]
+    b = (x - imm) // per
+    bit = (x - imm) % per
+    off = L["succ_part"] + size * b
+    if off + size > len(table):
         return 0
-    rank = struct.unpack_from("<I", table, off)[0]
-    small = struct.unpack_from("<Q", table, off + 8)[0]
+    rank = struct.unpack_from("<I", table, off + L["succ_block_rank"])[0]
+    small = struct.unpack_from("<Q", table, off + L["succ_block_small_ranks"])[0]
     sb = bit // 64
     if sb:
-        rank += (small >> (9 * (sb - 1))) & 0x1FF
-    bits = struct.unpack_from("<Q", table, off + 16 + 8 * sb)[0]
+        small_bits = L["succ_small_bits"]
+        rank += (small >> (small_bits * (sb - 1))) & ((1 << small_bits) - 1)
+    bits = struct.unpack_from("<Q", table, off + L["succ_block_bits"] + 8 * sb)[0]
     return rank + bin((bits << (63 - bit % 64)) & 0xFFFFFFFFFFFFFFFF).count("1")

@@ -12,7 +12,7 @@ from .errors import Exit, SdbError
 
 REGISTRY_PREFIX = "/dev/shm/sdb-"
 MAGIC = b"SDBREG\0\0"
-REGISTRY_VERSION = 2
+REGISTRY_VERSION = 3
 STATUS_STARTING, STATUS_ENABLED, STATUS_DISABLED = 0, 1, 2
 PERMISSION_HINT = ("sdb-sidecar needs CAP_SYS_PTRACE (root has it unless it was dropped, as in a container: "
                    "add it) or to run as the app's own user (with kernel.yama.ptrace_scope=1 a non-root "

@@ -28,12 +28,18 @@ KIND_CFUNC = 1
 KIND_OTHER = 2
 KIND_TRUNCATED = 3
 KIND_GC = 4        # the thread was collecting garbage: "(garbage collection)", innermost
-METHOD_ISEQ = 0    # method record `type`: rb_method_type_t (VM_METHOD_TYPE_ISEQ, CFUNC, ...)
-METHOD_CFUNC = 1
-ISEQ_TYPE_METHOD = 1   # iseq record `type`: rb_iseq_type (docs/trace-format.md)
-ISEQ_TYPE_BLOCK = 2
-ISEQ_TYPE_RESCUE = 4
-ISEQ_TYPE_ENSURE = 5
+# The format's own enums (docs/trace-format.md): an iseq record's `type` and a method record's
+# `type` are an index in these lists (-1: unknown). The sidecar maps the running Ruby's values to
+# them through its layout row; no Ruby number is written here.
+ISEQ_TYPES = ("top", "method", "block", "class", "rescue", "ensure", "eval", "main", "plain")
+METHOD_TYPES = ("iseq", "cfunc", "attrset", "ivar", "bmethod", "zsuper", "alias", "undef",
+                "notimplemented", "optimized", "missing", "refined")
+ISEQ_TYPE_METHOD = ISEQ_TYPES.index("method")
+ISEQ_TYPE_BLOCK = ISEQ_TYPES.index("block")
+ISEQ_TYPE_RESCUE = ISEQ_TYPES.index("rescue")
+ISEQ_TYPE_ENSURE = ISEQ_TYPES.index("ensure")
+METHOD_ISEQ = METHOD_TYPES.index("iseq")
+METHOD_CFUNC = METHOD_TYPES.index("cfunc")
 
 STATE_UNKNOWN = 0
 STATE_RUNNING = 1

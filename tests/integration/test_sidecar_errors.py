@@ -74,7 +74,7 @@ def write_fake_registry(pid: int, version: int, size: int) -> str:
     with open(f"/proc/{pid}/stat", "rb") as f:
         data = f.read()
     start_ticks = int(data[data.rindex(b")") + 2:].split()[19])
-    header_size, slot_size, slot_count, slots_offset = 704, 192, 1024, 704
+    header_size, slot_size, slot_count, slots_offset = 888, 192, 1024, 896  # format 3: sizeof header, slot
     head = struct.pack("<8sIIIIIIIIQQQ", b"SDBREG\0\0", version, header_size, slot_size, slot_count,
                        slots_offset, pid, 1, 0, start_ticks, 0, 0)
     path = registry_path(pid)

@@ -61,9 +61,16 @@ sdb_open(VALUE self)
     }
     row = sdb_pick_row(name);
     if (!row) {
-        if (forced && *forced)
-            snprintf(why, sizeof(why), "SDB_FORCE_LAYOUT=%s names no layout row (known: 3.1 3.2 3.3 3.4 4.0); "
-                     "profiling disabled", name);
+        if (forced && *forced) {
+            char known[128] = "";
+            size_t i;
+            for (i = 0; i < SDB_LAYOUT_ROW_COUNT; i++) {
+                strncat(known, " ", sizeof(known) - strlen(known) - 1);
+                strncat(known, sdb_layout_rows[i].name, sizeof(known) - strlen(known) - 1);
+            }
+            snprintf(why, sizeof(why), "SDB_FORCE_LAYOUT=%s names no layout row (known:%s); "
+                     "profiling disabled", name, known);
+        }
         else
             snprintf(why, sizeof(why), "Ruby %s has no layout row; profiling disabled "
                      "(set SDB_FORCE_LAYOUT=4.0 or 3.4 to try the nearest row)", RSTRING_PTR(ver));

@@ -18,7 +18,7 @@ sdb_read_lineno(const struct sdb_layout *L, uint64_t body, long *out)
     if (L->body_first_lineno_is_fixnum) {
         uint64_t v;
         if (sdb_read_u64(body + L->body_first_lineno, &v)) return -1;
-        *out = (long)((int64_t)v >> 1);
+        *out = (long)((int64_t)v >> L->fixnum_shift);
     }
     else {
         int32_t v;
@@ -33,7 +33,7 @@ static int
 sdb_read_rstring(const struct sdb_layout *L, uint64_t str, struct sdb_vm_frame *f)
 {
     uint64_t flags, len, ptr;
-    if (sdb_read_u64(str, &flags) || (flags & 0x1f) != 0x05) return -1;
+    if (sdb_read_u64(str, &flags) || (flags & L->t_mask) != L->t_string) return -1;
     if (flags & (1ull << L->rstring_noembed_bit)) {
         if (sdb_read_u64(str + L->rstring_heap_len, &len) || sdb_read_u64(str + L->rstring_heap_ptr, &ptr))
             return -1;
@@ -61,7 +61,7 @@ sdb_read_pathobj(const struct sdb_layout *L, uint64_t pathobj, struct sdb_vm_fra
 {
     uint64_t flags, first;
     if (sdb_read_u64(pathobj, &flags)) return -1;
-    if ((flags & 0x1f) == 0x07) {
+    if ((flags & L->t_mask) == L->t_array) {
         uint64_t elts = pathobj + L->rarray_embed_ary;
         if (!(flags & (1ull << L->rarray_embed_bit))) {
             if (sdb_read_u64(pathobj + L->rarray_heap_ptr, &elts)) return -1;
@@ -73,11 +73,69 @@ sdb_read_pathobj(const struct sdb_layout *L, uint64_t pathobj, struct sdb_vm_fra
 }
 
 static int
-sdb_is_iseq(uint64_t iseq)
+sdb_is_iseq(const struct sdb_layout *L, uint64_t iseq)
 {
     uint64_t flags;
     if (sdb_read_u64(iseq, &flags)) return 0;
-    return (flags & 0x1f) == 0x1a && ((flags >> 12) & 0xf) == 7;
+    return (flags & L->t_mask) == L->t_imemo && ((flags >> L->imemo_shift) & L->imemo_mask) == L->imemo_iseq;
+}
+
+/* The row's numbers that this Ruby's public headers give (the gem is compiled against them): the
+ * type tags, where an imemo keeps its type, struct st_table. The rest (imemo types, frame magics,
+ * the enums) is proven on this thread's own frames by sdb_check_layout and sdb_check_frame. */
+static int
+sdb_check_public_numbers(const struct sdb_layout *L, char *why, size_t cap)
+{
+    const struct { const char *name; unsigned row, header; } n[] = {
+        {"t_mask", L->t_mask, RUBY_T_MASK}, {"t_class", L->t_class, RUBY_T_CLASS},
+        {"t_module", L->t_module, RUBY_T_MODULE}, {"t_string", L->t_string, RUBY_T_STRING},
+        {"t_array", L->t_array, RUBY_T_ARRAY}, {"t_imemo", L->t_imemo, RUBY_T_IMEMO},
+        {"t_iclass", L->t_iclass, RUBY_T_ICLASS}, {"imemo_shift", L->imemo_shift, RUBY_FL_USHIFT},
+        {"immediate_mask", L->immediate_mask, RUBY_IMMEDIATE_MASK},
+        {"fixnum_shift", L->fixnum_shift, (unsigned)__builtin_ctzl(RB_INT2FIX(1) & ~(VALUE)RUBY_FIXNUM_FLAG)},
+        {"st_num_entries", L->st_num_entries, offsetof(st_table, num_entries)},
+        {"st_entries_start", L->st_entries_start, offsetof(st_table, entries_start)},
+        {"st_entries_bound", L->st_entries_bound, offsetof(st_table, entries_bound)},
+        {"st_entries", L->st_entries, offsetof(st_table, entries)},
+    };
+    size_t i;
+    for (i = 0; i < sizeof(n) / sizeof(n[0]); i++) {
+        if (n[i].row != n[i].header) {
+            snprintf(why, cap, "the row's %s is %u, this Ruby's headers say %u", n[i].name, n[i].row, n[i].header);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* One control frame's ep[0] against the row's frame magics and env flags: the running frame (a C
+ * method's: this one) is CFUNC, the outermost is Ruby's dummy (LOCAL and FINISH set), a method's
+ * frame is METHOD and LOCAL. 0 = agrees (or nothing to say); -1 = refused, reason in `why`. */
+static int
+sdb_check_frame(const struct sdb_layout *L, const unsigned char *cfpbuf, int running, int outermost,
+                uint32_t iseq_type, char *why, size_t cap)
+{
+    uint64_t ep, ep0;
+    uint32_t magic;
+    memcpy(&ep, cfpbuf + L->cfp_ep, 8);
+    if (!ep || sdb_read_u64(ep, &ep0)) return 0;
+    magic = (uint32_t)(ep0 & L->frame_magic_mask);
+    if (running && magic != L->frame_magic_cfunc) {
+        snprintf(why, cap, "the running C method's frame has ep[0] 0x%llx, not the row's CFUNC magic 0x%x",
+                 (unsigned long long)ep0, L->frame_magic_cfunc);
+        return -1;
+    }
+    if (outermost && (magic != L->frame_magic_dummy || !(ep0 & L->env_flag_local) || !(ep0 & L->frame_flag_finish))) {
+        snprintf(why, cap, "the outermost frame has ep[0] 0x%llx, not the row's DUMMY magic 0x%x with LOCAL 0x%x "
+                 "and FINISH 0x%x", (unsigned long long)ep0, L->frame_magic_dummy, L->env_flag_local, L->frame_flag_finish);
+        return -1;
+    }
+    if (iseq_type == L->iseq_type_method && (magic != L->frame_magic_method || !(ep0 & L->env_flag_local))) {
+        snprintf(why, cap, "a method's frame has ep[0] 0x%llx, not the row's METHOD magic 0x%x with LOCAL 0x%x",
+                 (unsigned long long)ep0, L->frame_magic_method, L->env_flag_local);
+        return -1;
+    }
+    return 0;
 }
 
 /* Walks this thread's frames through the layout and compares them with
@@ -89,7 +147,7 @@ sdb_check_layout(const struct sdb_layout *L, char *why, size_t cap)
     int lines[SDB_CHECK_FRAMES];
     struct sdb_vm_frame *mine;
     uint64_t th = (uint64_t)(uintptr_t)RTYPEDDATA_DATA(rb_thread_current());
-    uint64_t ec, back, cfp, stack, stack_size, end;
+    uint64_t ec, back, cfp, stack, stack_size, end, running;
     unsigned char cfpbuf[256];
     int n, i, nmine = 0, j = 0, rc = -1, last_is_dummy = 0;
 
@@ -103,7 +161,7 @@ sdb_check_layout(const struct sdb_layout *L, char *why, size_t cap)
     }
     if (L->thread_status != SDB_NA) {
         uint8_t b;
-        if (sdb_read(th + L->thread_status, &b, 1) || ((b >> L->thread_status_shift) & L->thread_status_mask) != 0) {
+        if (sdb_read(th + L->thread_status, &b, 1) || ((b >> L->thread_status_shift) & L->thread_status_mask) != L->thread_runnable) {
             snprintf(why, cap, "th->status (byte %u) does not say RUNNABLE for the running thread", L->thread_status);
             return -1;
         }
@@ -120,13 +178,15 @@ sdb_check_layout(const struct sdb_layout *L, char *why, size_t cap)
         return -1;
     }
 
+    if (sdb_check_public_numbers(L, why, cap)) return -1;
     n = rb_profile_frames(0, SDB_CHECK_FRAMES, buf, lines);
     mine = ALLOC_N(struct sdb_vm_frame, SDB_CHECK_FRAMES);
     /* the outermost frame (end - 1) is Ruby's dummy; on the main thread it holds a real ISeq.
      * rb_profile_frames reports it on 3.1 but not on 3.3+; Thread#backtrace never does (nor
      * does the sidecar). Walk it, and accept Ruby's count with or without it. */
-    for (; cfp < end && nmine < SDB_CHECK_FRAMES; cfp += L->cfp_size) {
+    for (running = cfp; cfp < end && nmine < SDB_CHECK_FRAMES; cfp += L->cfp_size) {
         uint64_t pc, iseq, body, pathobj, local, lbody;
+        uint32_t type = UINT32_MAX;
         struct sdb_vm_frame *f = &mine[nmine];
         if (sdb_read(cfp, cfpbuf, L->cfp_size)) {
             snprintf(why, cap, "cannot read a control frame at 0x%llx", (unsigned long long)cfp);
@@ -134,8 +194,11 @@ sdb_check_layout(const struct sdb_layout *L, char *why, size_t cap)
         }
         memcpy(&pc, cfpbuf + L->cfp_pc, 8);
         memcpy(&iseq, cfpbuf + L->cfp_iseq, 8);
-        if (!iseq || !pc || !sdb_is_iseq(iseq)) continue;
-        if (sdb_read_u64(iseq + L->iseq_body, &body) || !body) continue;
+        body = 0;
+        if (iseq && pc && sdb_is_iseq(L, iseq) && !sdb_read_u64(iseq + L->iseq_body, &body) && body)
+            (void)sdb_read(body + L->body_type, &type, 4);
+        if (sdb_check_frame(L, cfpbuf, cfp == running, cfp + L->cfp_size == end, type, why, cap)) goto done;
+        if (!iseq || !pc || !body) continue;
         if (sdb_read_u64(body + L->body_pathobj, &pathobj) || sdb_read_pathobj(L, pathobj, f) ||
             sdb_read_lineno(L, body, &f->first_lineno)) {
             snprintf(why, cap, "frame %d: cannot read the iseq's path/first_lineno (pathobj +%u)",
@@ -213,26 +276,22 @@ done:
  * the ivar __attached__). Checked here on the gem's own module and its singleton class, through
  * the same reads the sidecar makes; what does not check out is withdrawn (SDB_NA / 0), so the
  * sidecar names methods without their class rather than wrongly. */
-#define SDB_ST_NUM_ENTRIES 16   /* ruby/st.h struct st_table, the same since Ruby 2.4 */
-#define SDB_ST_ENTRIES_START 32
-#define SDB_ST_ENTRIES_BOUND 40
-#define SDB_ST_ENTRIES 48
-#define SDB_ST_ENTRY_SIZE 24    /* st.c st_table_entry {hash, key, record} */
 
 static int
 sdb_class_ivar(const struct sdb_layout *L, uint64_t klass, uint64_t id, uint64_t *out)
 {
-    uint64_t ext, tbl, n, start, bound, entries, i, kv[2];
+    uint64_t ext, tbl, n, start, bound, entries, i, key, value;
     if (sdb_read_u64(klass + L->class_ext_ptr, &ext) || !ext ||
         sdb_read_u64(ext + L->classext_iv_tbl, &tbl) || !tbl ||
-        sdb_read_u64(tbl + SDB_ST_NUM_ENTRIES, &n) || sdb_read_u64(tbl + SDB_ST_ENTRIES_START, &start) ||
-        sdb_read_u64(tbl + SDB_ST_ENTRIES_BOUND, &bound) || sdb_read_u64(tbl + SDB_ST_ENTRIES, &entries) ||
+        sdb_read_u64(tbl + L->st_num_entries, &n) || sdb_read_u64(tbl + L->st_entries_start, &start) ||
+        sdb_read_u64(tbl + L->st_entries_bound, &bound) || sdb_read_u64(tbl + L->st_entries, &entries) ||
         bound < start || bound - start > 4096 || !entries)
         return -1;
     for (i = start; i < bound; i++) {
-        if (sdb_read(entries + i * SDB_ST_ENTRY_SIZE + 8, kv, 16)) return -1;
-        if (kv[0] == id) {
-            *out = kv[1];
+        uint64_t e = entries + i * L->st_entry_size;
+        if (sdb_read_u64(e + L->st_entry_key, &key) || sdb_read_u64(e + L->st_entry_record, &value)) return -1;
+        if (key == id) {
+            *out = value;
             return 0;
         }
     }
@@ -240,11 +299,11 @@ sdb_class_ivar(const struct sdb_layout *L, uint64_t klass, uint64_t id, uint64_t
 }
 
 static int
-sdb_is_path(uint64_t v, const char *want)
+sdb_is_path(const struct sdb_layout *L, uint64_t v, const char *want)
 {
     VALUE s = (VALUE)v;
     uint64_t flags;
-    if (!v || (v & 7) || sdb_read_u64(v, &flags) || (flags & 0x1f) != 0x05) return 0;
+    if (!v || RB_SPECIAL_CONST_P(s) || sdb_read_u64(v, &flags) || (flags & L->t_mask) != L->t_string) return 0;
     return RSTRING_LEN(s) == (long)strlen(want) && !memcmp(RSTRING_PTR(s), want, strlen(want));
 }
 
@@ -257,7 +316,7 @@ sdb_iseq_of(VALUE args)
 }
 
 /* The caller/callee link the sampler checks: a method's frame sits at its caller's sp +
- * (local_table_size + 3) words (vm_call_iseq_setup_normal). Checked on this thread's own stack,
+ * (local_table_size + env_data_size) words (vm_call_iseq_setup_normal). Checked on this thread's own stack,
  * which stands still while we read it (RubyGems' require gives method/block pairs): a link that
  * does not hold withdraws both fields (SDB_NA), and the sampler then checks no link. With no
  * pair on the stack (`ruby -rsdb`), the row's sourced offsets stay. */
@@ -285,15 +344,15 @@ sdb_check_link(struct sdb_layout *L)
         memcpy(&iseq, cfpbuf + L->cfp_iseq, 8);
         memcpy(&sp, cfpbuf + L->cfp_sp, 8);
         memcpy(&ep, cfpbuf + L->cfp_ep, 8);
-        if (iseq && pc && sdb_is_iseq(iseq) && !sdb_read_u64(iseq + L->iseq_body, &body) && body &&
+        if (iseq && pc && sdb_is_iseq(L, iseq) && !sdb_read_u64(iseq + L->iseq_body, &body) && body &&
             !sdb_read(body + L->body_type, &type, 4) && !sdb_read(body + L->body_local_table_size, &locals, 4)) {
             ruby = 1;
-            if (callee_method && (type == 1 || type == 2)) { /* ISEQ_TYPE_METHOD, ISEQ_TYPE_BLOCK */
+            if (callee_method && (type == L->iseq_type_method || type == L->iseq_type_block)) {
                 checked++;
-                if (callee_ep != sp + ((uint64_t)callee_locals + 3) * 8) failed++;
+                if (callee_ep != sp + ((uint64_t)callee_locals + L->env_data_size) * 8) failed++;
             }
         }
-        callee_method = ruby && type == 1;
+        callee_method = ruby && type == L->iseq_type_method;
         callee_ep = ep;
         callee_locals = ruby ? locals : 0;
     }
@@ -313,20 +372,20 @@ sdb_check_classes(struct sdb_layout *L, VALUE mod)
         L->id_classpath = rb_intern("__classpath__");
         L->id_tmp_classpath = rb_intern("__tmp_classpath__");
         L->id_attached = rb_intern("__attached__");
-        if (sdb_class_ivar(L, (uint64_t)mod, L->id_classpath, &v) || !sdb_is_path(v, "Sdb"))
+        if (sdb_class_ivar(L, (uint64_t)mod, L->id_classpath, &v) || !sdb_is_path(L, v, "Sdb"))
             L->id_classpath = L->id_tmp_classpath = 0;
         if (sdb_class_ivar(L, (uint64_t)sing, L->id_attached, &v) || v != (uint64_t)mod)
             L->id_attached = 0;
         if (!L->id_classpath) L->class_ext_ptr = L->classext_iv_tbl = SDB_NA;
     }
     if (L->classext_classpath != SDB_NA &&
-        (sdb_read_u64((uint64_t)mod + L->classext_classpath, &v) || !sdb_is_path(v, "Sdb")))
+        (sdb_read_u64((uint64_t)mod + L->classext_classpath, &v) || !sdb_is_path(L, v, "Sdb")))
         L->classext_classpath = SDB_NA;
     if (L->classext_attached_object != SDB_NA &&
         (sdb_read_u64((uint64_t)sing + L->classext_attached_object, &v) || v != (uint64_t)mod))
         L->classext_attached_object = SDB_NA;
     if (L->body_builtin_attrs != SDB_NA) {
-        /* a built-in method marked leaf (attr 0x01) must read as such, a method of ours as none */
+        /* a built-in method marked leaf must read as such, a method of ours as none */
         int state = 0;
         VALUE iseqw = rb_protect(sdb_iseq_of, rb_ary_new_from_args(2, rb_cInteger, ID2SYM(rb_intern("-@"))), &state);
         VALUE ours = state ? Qnil : rb_protect(sdb_iseq_of, rb_ary_new_from_args(2, rb_singleton_class(mod),
@@ -337,7 +396,8 @@ sdb_check_classes(struct sdb_layout *L, VALUE mod)
         if (state || NIL_P(iseqw) || NIL_P(ours) || !RTYPEDDATA_P(iseqw) || !RTYPEDDATA_P(ours) ||
             sdb_read_u64((uint64_t)(uintptr_t)RTYPEDDATA_DATA(iseqw), &iseq) ||
             sdb_read_u64(iseq + L->iseq_body, &body) ||
-            sdb_read(body + L->body_builtin_attrs, &attrs, 4) || !(attrs & 0x01) ||
+            sdb_read(body + L->body_builtin_attrs, &attrs, 4) || L->builtin_attr_leaf == SDB_NA ||
+            !(attrs & L->builtin_attr_leaf) ||
             sdb_read_u64((uint64_t)(uintptr_t)RTYPEDDATA_DATA(ours), &iseq) ||
             sdb_read_u64(iseq + L->iseq_body, &body) ||
             sdb_read(body + L->body_builtin_attrs, &mine, 4) || (mine & 0xffffffffu) != 0)
@@ -399,10 +459,11 @@ extern void *ruby_single_main_ractor;  /* vm_core.h; the main ractor while it is
 #define SDB_VM_WORDS 512               /* rb_vm_t is searched in its first 4 KiB ... */
 #define SDB_RACTOR_WORDS 256           /* ... rb_ractor_t in its first 2 KiB */
 
+/* a C pointer to a struct of the VM: 8-byte aligned (an alignment, no Ruby number) */
 static int
-sdb_plausible_ptr(uint64_t v)
+sdb_plausible_ptr(uint64_t p)
 {
-    return v >= 4096 && (v & 7) == 0 && v < 0x0100000000000000ull;
+    return p >= 4096 && (p & 7) == 0 && p < 0x0100000000000000ull;
 }
 #endif
 
@@ -457,69 +518,6 @@ sdb_find_gc_words(struct sdb_layout *L)
 #endif
 }
 
-/* ---------- the ID table (for the sidecar's C-function names) ----------
- * The sidecar names a C method by its ID, through ruby_global_symbols
- * (symbol.c: {u32 last_id; st_table *str_sym; VALUE ids; ...}; ids is an
- * Array of 512-entry chunks of [String, Symbol] pairs). The symbol is hidden
- * (and stripped from Debian's libruby), so find it: scan libruby's writable
- * data for a struct whose ids table yields, for two known IDs, exactly the
- * String objects rb_id2str returns. A wrong candidate cannot pass that. */
-static int
-sdb_array_entry(const struct sdb_layout *L, uint64_t ary, uint64_t idx, uint64_t *out)
-{
-    uint64_t flags, len, ptr;
-    if (ary == 0 || (ary & 7) || sdb_read_u64(ary, &flags) != 0 || (flags & 0x1f) != 0x07) return -1;
-    if (flags & (1ULL << L->rarray_embed_bit)) {
-        len = (flags >> L->rarray_embed_len_shift) & L->rarray_embed_len_mask;
-        ptr = ary + L->rarray_embed_ary;
-    }
-    else {
-        if (sdb_read_u64(ary + L->rarray_heap_len, &len) != 0 || sdb_read_u64(ary + L->rarray_heap_ptr, &ptr) != 0)
-            return -1;
-    }
-    if (idx >= len) return -1;
-    return sdb_read_u64(ptr + idx * 8, out);
-}
-
-static int
-sdb_symbols_match(const struct sdb_layout *L, uint64_t ids, ID id)
-{
-    uint64_t serial = id > L->tlast_op_id ? (uint64_t)id >> 4 : (uint64_t)id;
-    uint64_t chunk, str;
-    VALUE want = rb_id2str(id);
-    if (!want) return 0;
-    if (sdb_array_entry(L, ids, serial / 512, &chunk) != 0) return 0;
-    if (sdb_array_entry(L, chunk, (serial % 512) * 2, &str) != 0) return 0;
-    return str == (uint64_t)want;
-}
-
-uint64_t
-sdb_find_global_symbols(const struct sdb_layout *L)
-{
-    char line[1024];
-    uint64_t found = 0;
-    ID probe1 = rb_intern("sleep"), probe2 = rb_intern("sdb_probe_for_the_symbol_table");
-    FILE *maps;
-    if (L->rarray_embed_len_mask == SDB_NA || L->tlast_op_id == SDB_NA) return 0;
-    if (!(maps = fopen("/proc/self/maps", "re"))) return 0;
-    while (!found && fgets(line, sizeof(line), maps)) {
-        unsigned long lo, hi;
-        char perms[8], path[512] = "";
-        if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %511s", &lo, &hi, perms, path) < 3) continue;
-        if (perms[0] != 'r' || perms[1] != 'w' || !strstr(path, "libruby")) continue;
-        for (uint64_t a = lo; a + 24 <= hi; a += 8) {
-            uint64_t ids = *(const uint64_t *)(uintptr_t)(a + 16); /* our own mapped rw data */
-            if (ids == 0 || (ids & 7) || ids == (uint64_t)Qnil) continue;
-            if (sdb_symbols_match(L, ids, probe1) && sdb_symbols_match(L, ids, probe2)) {
-                found = a;
-                break;
-            }
-        }
-    }
-    fclose(maps);
-    return found;
-}
-
 const struct sdb_layout_row *
 sdb_pick_row(const char *name)
 {
@@ -529,12 +527,21 @@ sdb_pick_row(const char *name)
     return NULL;
 }
 
-/* SDB_TEST_CORRUPT_LAYOUT=<field> (tests only): shift one offset by 8. */
+/* SDB_TEST_CORRUPT_LAYOUT=<field> (tests only): shift one offset or number by 8; a flag bit moves
+ * to the next bit. */
 void
 sdb_corrupt_for_tests(struct sdb_layout *L)
 {
     const char *e = getenv("SDB_TEST_CORRUPT_LAYOUT");
     if (!e || !*e) return;
+    if (!strcmp(e, "t_string")) L->t_string += 8;
+    else if (!strcmp(e, "imemo_iseq")) L->imemo_iseq += 8;
+    else if (!strcmp(e, "st_entries")) L->st_entries += 8;
+    else if (!strcmp(e, "frame_magic_cfunc")) L->frame_magic_cfunc += 8;
+    else if (!strcmp(e, "frame_magic_dummy")) L->frame_magic_dummy += 8;
+    else if (!strcmp(e, "frame_magic_method")) L->frame_magic_method += 8;
+    else if (!strcmp(e, "env_flag_local")) L->env_flag_local <<= 1;
+    else if (!strcmp(e, "frame_flag_finish")) L->frame_flag_finish <<= 1;
     if (!strcmp(e, "1") || !strcmp(e, "thread_ec")) L->thread_ec += 8;
     else if (!strcmp(e, "body_pathobj")) L->body_pathobj += 8;
     else if (!strcmp(e, "cfp_iseq")) L->cfp_iseq += 8;

@@ -66,7 +66,6 @@
 #else
 #define SDB_HOOK_NAMES_THREAD 0
 #endif
-#define SDB_THREAD_KILLED 3 /* enum rb_thread_status: RUNNABLE, STOPPED, STOPPED_FOREVER, KILLED */
 
 _Static_assert(sizeof(struct sdb_slot) == 192, "sdb_slot is 192 bytes");
 _Static_assert(sizeof(struct sdb_span_event) == 128, "sdb_span_event is 128 bytes");

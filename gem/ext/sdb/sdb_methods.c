@@ -11,13 +11,8 @@
  * gets an origin class (on 3.3 a prepended Kernel makes Ruby's profiling API say
  * `Kernel.sleep`). Ruby's function is found through the method's entry: UnboundMethod data
  * (struct METHOD, proc.c) holds the rb_method_entry_t*, whose definition (method.h) holds the
- * cfunc {func, invoker, argc} at +8. Every fact is checked before use (an imemo_ment with this
+ * cfunc {func, invoker, argc}: every offset and number from the layout row. Every fact is checked before use (an imemo_ment with this
  * method's id and owner, a CFUNC definition of this arity), through fault-safe reads. */
-#define SDB_ME_CALLED_ID 24
-#define SDB_ME_OWNER 32
-#define SDB_ME_DEF 16
-#define SDB_DEF_CFUNC_FUNC 8
-#define SDB_DEF_CFUNC_ARGC 24
 
 static VALUE
 sdb_instance_method(VALUE args)
@@ -30,6 +25,7 @@ sdb_cfunc_of(VALUE owner, const char *name, int argc)
 {
     ID id = rb_intern(name);
     int state = 0, off;
+    const struct sdb_layout *L = &sdb.layout;
     VALUE um = rb_protect(sdb_instance_method, rb_ary_new_from_args(2, owner, ID2SYM(id)), &state);
     uint64_t data;
     if (state) {
@@ -42,14 +38,15 @@ sdb_cfunc_of(VALUE owner, const char *name, int argc)
         uint64_t me, flags, called, mowner, def, func;
         uint8_t type;
         int32_t n;
-        if (sdb_read_u64(data + off, &me) || !me || (me & 7) || sdb_read_u64(me, &flags) ||
-            (flags & 0x1f) != 0x1a || ((flags >> 12) & 0xf) != 6)
+        if (sdb_read_u64(data + off, &me) || !me || RB_SPECIAL_CONST_P((VALUE)me) || sdb_read_u64(me, &flags) ||
+            (flags & L->t_mask) != L->t_imemo || ((flags >> L->imemo_shift) & L->imemo_mask) != L->imemo_ment)
             continue;
-        if (sdb_read_u64(me + SDB_ME_CALLED_ID, &called) || called != (uint64_t)id ||
-            sdb_read_u64(me + SDB_ME_OWNER, &mowner) || mowner != (uint64_t)owner ||
-            sdb_read_u64(me + SDB_ME_DEF, &def) || !def || sdb_read(def, &type, 1) || (type & 0xf) != 1 ||
-            sdb_read(def + SDB_DEF_CFUNC_ARGC, &n, 4) || n != argc ||
-            sdb_read_u64(def + SDB_DEF_CFUNC_FUNC, &func) || !func)
+        if (sdb_read_u64(me + L->me_called_id, &called) || called != (uint64_t)id ||
+            sdb_read_u64(me + L->me_owner, &mowner) || mowner != (uint64_t)owner ||
+            sdb_read_u64(me + L->me_def, &def) || !def || sdb_read(def + L->def_type, &type, 1) ||
+            ((type >> L->def_type_shift) & L->def_type_mask) != L->method_type_cfunc ||
+            sdb_read(def + L->def_cfunc_argc, &n, 4) || n != argc ||
+            sdb_read_u64(def + L->def_cfunc_func, &func) || !func)
             continue;
         RB_GC_GUARD(um);
         return (sdb_cfunc_t)(uintptr_t)func;

@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define SDB_REGISTRY_MAGIC "SDBREG\0\0" /* 8 bytes */
-#define SDB_REGISTRY_VERSION 2
+#define SDB_REGISTRY_VERSION 3
 #define SDB_REGISTRY_PREFIX "/dev/shm/sdb-"
 #define SDB_DEFAULT_SLOTS 1024
 #define SDB_NAME_MAX 64
@@ -146,6 +146,104 @@ struct sdb_layout {
     /* the caller/callee link (sampler: a frame left behind is not the callee of the frame below it) */
     uint16_t cfp_sp;             /* rb_control_frame_t.sp */
     uint16_t body_local_table_size; /* rb_iseq_constant_body.local_table_size (uint32) */
+    /* Ruby's own numbers, so no reader writes one (docs/ruby-internals.md "Ruby's numbers").
+     * type tags: enum ruby_value_type (include/ruby/internal/value_type.h); a type is flags & t_mask */
+    uint16_t t_mask;
+    uint16_t t_class;
+    uint16_t t_module;
+    uint16_t t_string;
+    uint16_t t_array;
+    uint16_t t_imemo;
+    uint16_t t_iclass;
+    /* imemo types (internal/imemo.h): an imemo's type is (flags >> imemo_shift) & imemo_mask */
+    uint16_t imemo_shift;        /* FL_USHIFT */
+    uint16_t imemo_mask;         /* IMEMO_MASK */
+    uint16_t imemo_cref;
+    uint16_t imemo_svar;
+    uint16_t imemo_ment;
+    uint16_t imemo_iseq;
+    /* env flags (vm_core.h): bits of ep[0] */
+    uint16_t env_flag_local;     /* VM_ENV_FLAG_LOCAL: a method's (not a block's) env */
+    uint16_t frame_flag_finish;  /* VM_FRAME_FLAG_FINISH: the frame returns to C */
+    uint16_t env_prev_tag_mask;  /* GC_GUARDED_PTR_REF's tag bits: the previous ep is ep[-1] & ~it */
+    uint16_t env_data_size;      /* VM_ENV_DATA_SIZE: a method's ep is its caller's sp + locals + it words */
+    /* special constants (include/ruby/internal/special_consts.h) */
+    uint16_t immediate_mask;     /* RUBY_IMMEDIATE_MASK: v & it != 0 is no heap object */
+    uint16_t fixnum_shift;       /* a Fixnum's value is v >> it (INT2FIX) */
+    /* enum rb_iseq_type (vm_core.h): rb_iseq_constant_body.type */
+    uint16_t iseq_type_top;
+    uint16_t iseq_type_method;
+    uint16_t iseq_type_block;
+    uint16_t iseq_type_class;
+    uint16_t iseq_type_rescue;
+    uint16_t iseq_type_ensure;
+    uint16_t iseq_type_eval;
+    uint16_t iseq_type_main;
+    uint16_t iseq_type_plain;
+    /* rb_method_definition_t (method.h): its type bit-field and bodies */
+    uint16_t def_type;           /* byte holding the type bit-field */
+    uint16_t def_type_shift;
+    uint16_t def_type_mask;
+    uint16_t def_iseq;           /* body.iseq.iseqptr (an rb_iseq_t*) */
+    uint16_t def_cfunc_func;     /* body.cfunc.func */
+    uint16_t def_cfunc_argc;     /* body.cfunc.argc (int) */
+    /* rb_method_type_t (method.h) */
+    uint16_t method_type_iseq;
+    uint16_t method_type_cfunc;
+    uint16_t method_type_attrset;
+    uint16_t method_type_ivar;
+    uint16_t method_type_bmethod;
+    uint16_t method_type_zsuper;
+    uint16_t method_type_alias;
+    uint16_t method_type_undef;
+    uint16_t method_type_notimplemented;
+    uint16_t method_type_optimized;
+    uint16_t method_type_missing;
+    uint16_t method_type_refined;
+    /* enum rb_thread_status (vm_core.h): th->status */
+    uint16_t thread_runnable;
+    uint16_t thread_stopped;
+    uint16_t thread_stopped_forever;
+    uint16_t thread_killed;
+    /* struct st_table (ruby/st.h) and st_table_entry (st.c): a class's ivars on 3.1 */
+    uint16_t st_num_entries;
+    uint16_t st_entries_start;
+    uint16_t st_entries_bound;
+    uint16_t st_entries;
+    uint16_t st_entry_size;
+    uint16_t st_entry_key;
+    uint16_t st_entry_record;
+    /* the symbol table (symbol.h rb_symbols_t, symbol.c, id.h): an ID's name */
+    uint16_t symbols_ids;        /* rb_symbols_t.ids: an Array of chunks */
+    uint16_t id_scope_shift;     /* RUBY_ID_SCOPE_SHIFT: serial = id >> it (id > tlast_op_id) */
+    uint16_t id_entry_unit;      /* ID_ENTRY_UNIT: serials per chunk */
+    uint16_t id_entry_size;      /* ID_ENTRY_SIZE: items per serial ([String, Symbol]) */
+    uint16_t id_entry_str;       /* ID_ENTRY_STR: the String's index among them */
+    /* the succinct line index (iseq.c struct succ_index_table, succ_index_lookup) */
+    uint16_t succ_imm_entries;   /* IMMEDIATE_TABLE_SIZE: positions ranked in imm_part */
+    uint16_t succ_imm_per_word;  /* of them per uint64 of imm_part */
+    uint16_t succ_imm_bits;      /* bits per immediate rank */
+    uint16_t succ_part;          /* offsetof(succ_index_table, succ_part) */
+    uint16_t succ_block_size;    /* sizeof(struct succ_dict_block) */
+    uint16_t succ_block_positions; /* positions per block (bits of succ_dict_block.bits) */
+    uint16_t succ_block_rank;    /* succ_dict_block.rank (unsigned int) */
+    uint16_t succ_block_small_ranks; /* succ_dict_block.small_block_ranks */
+    uint16_t succ_small_bits;    /* bits per small-block rank in it */
+    uint16_t succ_block_bits;    /* succ_dict_block.bits */
+    /* classes and ISeq attributes */
+    uint16_t rclass_super;       /* the superclass, from the class (RCLASS_SUPER) */
+    uint16_t rbasic_klass;       /* RBasic.klass: an object's class */
+    uint16_t builtin_attr_c_trace; /* BUILTIN_ATTR_C_TRACE (3.4+; SDB_NA before) */
+    uint16_t builtin_attr_leaf;  /* BUILTIN_ATTR_LEAF (where body_builtin_attrs is; SDB_NA before) */
+    /* frame magics (vm_core.h VM_FRAME_MAGIC_*): ep[0] & frame_magic_mask */
+    uint32_t frame_magic_mask;
+    uint32_t frame_magic_method;
+    uint32_t frame_magic_top;
+    uint32_t frame_magic_cfunc;
+    uint32_t frame_magic_ifunc;
+    uint32_t frame_magic_eval;
+    uint32_t frame_magic_dummy;
+    uint32_t reserved32;
     uint16_t reserved16[2];
     uint64_t global_symbols_addr; /* &ruby_global_symbols when known, else 0 */
     /* IDs of the hidden ivars that hold a class path and a singleton's object where they are

@@ -63,7 +63,7 @@ sdb_slot_thread_dead(uint32_t idx)
     if (!th) return 1;
     if (L->thread_status != SDB_NA) {
         uint8_t b = *((const uint8_t *)RTYPEDDATA_DATA(th) + L->thread_status);
-        return ((b >> L->thread_status_shift) & L->thread_status_mask) == SDB_THREAD_KILLED;
+        return ((b >> L->thread_status_shift) & L->thread_status_mask) == L->thread_killed;
     }
     return !RTEST(rb_funcall(th, sdb_id_alive_p, 0));
 }

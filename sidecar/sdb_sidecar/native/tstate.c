@@ -80,14 +80,13 @@ void sdb_tstate_close(sdb_tstate *t)
     t->kv_probe_ns = 0;
 }
 
-uint32_t sdb_state_from_status(uint32_t status)
+uint32_t sdb_state_from_status(uint32_t status, const sdb_thread_statuses *v)
 {
-    /* vm_core.h: THREAD_RUNNABLE 0, THREAD_STOPPED 1, THREAD_STOPPED_FOREVER 2, THREAD_KILLED 3 */
-    if (status == 1 || status == 2)
+    if (status == v->stopped || status == v->stopped_forever)
         return SDB_STATE_BLOCKED;
-    if (status == 3)
+    if (status == v->killed)
         return SDB_STATE_ENDED;         /* it ended (any way: return, raise, kill) */
-    return status == 0 ? SDB_STATE_RUNNING : SDB_STATE_UNKNOWN;
+    return status == v->runnable ? SDB_STATE_RUNNING : SDB_STATE_UNKNOWN;
 }
 
 int sdb_kv_holds(const sdb_kview *kv, sdb_tstate *t, uint32_t tid, uint64_t *word,

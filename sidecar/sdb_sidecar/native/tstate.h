@@ -47,9 +47,13 @@ int sdb_kernel_state(sdb_tstate *t, const char *task_dir, uint32_t tid);
 uint64_t sdb_switch_ins(sdb_tstate *t, const char *task_dir, uint32_t tid);
 /* Its files closed and what was known of it forgotten (a thread that left, or a slot taken over). */
 void sdb_tstate_close(sdb_tstate *t);
+/* enum rb_thread_status's values in the running Ruby (the layout row's thread_* fields) */
+typedef struct {
+    uint32_t runnable, stopped, stopped_forever, killed;
+} sdb_thread_statuses;
 /* Ruby 3.1's th->status (enum rb_thread_status) as a state: stopped (sleep, IO, a lock, a queue) is
  * blocked, killed is ended, runnable is running (refined by the kernel: who waits for the GVL). */
-uint32_t sdb_state_from_status(uint32_t status);
+uint32_t sdb_state_from_status(uint32_t status, const sdb_thread_statuses *values);
 /* 1 when the view holds thread tid (registered now if need be: its word then reads unknown until
  * the thread's next switch), its word in *word. 0: no view, or another thread of ours holds the
  * slot: `others` is n threads' sdb_tstate, `stride` bytes apart (t may be one of them). */

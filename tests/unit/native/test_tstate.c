@@ -37,11 +37,17 @@ static void schedstat_text_gives_the_third_field(void)
 
 static void status_values_map_to_states(void)
 {
-    CHECK(sdb_state_from_status(0) == SDB_STATE_RUNNING);
-    CHECK(sdb_state_from_status(1) == SDB_STATE_BLOCKED);
-    CHECK(sdb_state_from_status(2) == SDB_STATE_BLOCKED);
-    CHECK(sdb_state_from_status(3) == SDB_STATE_ENDED);
-    CHECK(sdb_state_from_status(9) == SDB_STATE_UNKNOWN);
+    /* the values a row gives (3.1's enum rb_thread_status), and others: only the row decides */
+    const sdb_thread_statuses ruby = {0, 1, 2, 3}, other = {7, 5, 6, 4};
+    CHECK(sdb_state_from_status(0, &ruby) == SDB_STATE_RUNNING);
+    CHECK(sdb_state_from_status(1, &ruby) == SDB_STATE_BLOCKED);
+    CHECK(sdb_state_from_status(2, &ruby) == SDB_STATE_BLOCKED);
+    CHECK(sdb_state_from_status(3, &ruby) == SDB_STATE_ENDED);
+    CHECK(sdb_state_from_status(9, &ruby) == SDB_STATE_UNKNOWN);
+    CHECK(sdb_state_from_status(7, &other) == SDB_STATE_RUNNING);
+    CHECK(sdb_state_from_status(5, &other) == SDB_STATE_BLOCKED);
+    CHECK(sdb_state_from_status(4, &other) == SDB_STATE_ENDED);
+    CHECK(sdb_state_from_status(0, &other) == SDB_STATE_UNKNOWN);
 }
 
 static volatile int sleeper_tid;
