@@ -95,7 +95,7 @@ test: setup rubies $(STAMPS)/npm
 
 # sdb beside stackprof on real programs (tests marked real_check; ~25 s, ~1 min on a busy machine). Not
 # in `make test` while it fails: when the program runs without waiting for a CPU, sdb's samples lean
-# toward callers (rank correlation 0.34-0.87 against the 0.9 it asks; tests/integration/test_real_programs.py).
+# toward callers (rank correlation 0.24-0.97 against the 0.9 it asks; tests/integration/test_real_programs.py).
 real-check: setup
 	SDB_RUBY=$(RUBY) SDB_GEM_HOME= $(PY) -m pytest -q -rs -m real_check tests </dev/null
 

@@ -11,10 +11,11 @@ previous one (`raw_timestamp_deltas`: when the process waits for a CPU, its time
 into one sample that stands for the whole wait), an sdb sample for the time since the thread's
 previous sample.
 
-Not in `make test` (`make real-check`): it fails on today's sampler whenever the program runs
-without waiting for a CPU, because sdb's samples lean toward callers (a frame the thread leaves
-while its stack is copied is left out; a torn read is retried later): asciidoctor 0.34-0.72,
-rubocop 0.69-0.87 in runs without CPU hogs. docs/internals.md, "Names are proven", says more."""
+Not in `make test` (`make real-check`): it fails on today's sampler in most runs where the program
+has a CPU of its own, because sdb's samples lean toward callers (a frame the thread leaves
+while its stack is copied is left out; a torn read is retried later): asciidoctor 0.24-0.72,
+rubocop 0.69-0.97 in runs without CPU hogs (docs/internals.md, "Names: full labels";
+benchmarks/RESULTS.md, real_check_spread)."""
 from __future__ import annotations
 
 import collections
@@ -39,7 +40,7 @@ ACTIVESUPPORT = Path("/usr/share/rubygems-integration/all/gems/activesupport-6.1
 # about 10,000 samples of each program: with fewer, the bottom of the top 20 (shares near 1 %) ranks
 # by chance (asciidoctor's 2,300 samples: two samplings of stackprof's own profile at 0.82-0.92)
 BOOK_CHAPTERS = 1000
-MIN_SAMPLES = 8000
+MIN_SAMPLES = 5000
 
 
 def record_beside_stackprof(tmp_path: Path, argv: list) -> tuple:
@@ -86,15 +87,15 @@ def stackprof_self(dump: Path) -> tuple:
 
 def sdb_self(trace: Path, window) -> tuple:
     """sdb's self time per label in ns, each main-thread sample in the window standing for the time
-    since the thread's previous sample, and the count of those samples."""
+    since the thread's previous sample, and its samples per label."""
     tables = load_tables(str(trace))
     assert tables.error is None, tables.error
     resolver = Resolver(tables, LABELS_RUBY)
     pid = tables.header["pid"]
     main = [s for s, th in tables.threads.items() if th["tid"] == pid]
     assert len(main) == 1, tables.threads
-    ns = collections.Counter()
-    seen = {"prev": None, "n": 0}
+    ns, counts = collections.Counter(), collections.Counter()
+    seen = {"prev": None}
 
     def on_batch(base, dts, threads, sids, states):
         for dt, th, sid in zip(dts, threads, sids):
@@ -105,16 +106,18 @@ def sdb_self(trace: Path, window) -> tuple:
             if prev is None or not window[0] <= prev < t <= window[1]:
                 continue
             stack = resolver.stack(sid, t)
-            ns[stack[-1].label if stack else "(no frame)"] += t - prev
-            seen["n"] += 1
+            label = stack[-1].label if stack else "(no frame)"
+            ns[label] += t - prev
+            counts[label] += 1
 
     iter_samples(str(trace), on_batch)
-    return ns, seen["n"]
+    return ns, counts
 
 
 def compare(trace: Path, dump: Path) -> None:
     sp, n_sp, window = stackprof_self(dump)
-    sd, n_sd = sdb_self(trace, window)
+    sd, sd_counts = sdb_self(trace, window)
+    n_sd = sum(sd_counts.values())
     assert n_sp > MIN_SAMPLES and n_sd > MIN_SAMPLES, (n_sp, n_sd)
     c = compare_self(sp, sd)
     print(f"Spearman {c.rho:.3f} over stackprof's top {len(c.top)} ({n_sp} stackprof, {n_sd} sdb samples)\n"
