@@ -1,7 +1,5 @@
 # Reading the stacks of a tick: phases 1-3 (docs/internals.md, "Reading the stacks of a tick").
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
-from libc.stdlib cimport malloc, calloc, realloc, free
-from libc.string cimport memcpy, memset, memcmp
 from posix.types cimport pid_t
 from sdb_sidecar._util cimport *
 from sdb_sidecar._types cimport *

@@ -4,6 +4,8 @@ Sampler): every thread of the tick in the same few process_vm_readv calls (nativ
 phases 1-3 (docs/internals.md, "Reading the stacks of a tick"); the bytes are checked and named by
 the walk (_walk.pyx). Its __cinit__ takes the Sampler's arguments (Cython passes them to every
 layer): the registry checked, the layout copied and checked, the per-slot caches."""
+from libc.stdlib cimport calloc, free
+from libc.string cimport memcpy
 from libc.stdio cimport snprintf
 from sdb_sidecar._readbatch cimport sdb_batch_init, sdb_batch_free, sdb_batch_run
 from sdb_sidecar._tstate cimport (sdb_kernel_state, sdb_state_from_status, sdb_thread_statuses, sdb_tstate_close,

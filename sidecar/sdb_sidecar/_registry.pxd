@@ -1,5 +1,7 @@
 # The gem's registry (gem/ext/sdb/sdb_registry.h, shared with the gem), and its reader.
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+from sdb_sidecar._util cimport sdb_load_acquire_u64, sdb_fence_acquire
 
 cdef extern from "sdb_registry.h" nogil:
     int SDB_REGISTRY_VERSION
@@ -231,3 +233,20 @@ cdef class Registry:
 
 
 cdef object layout_problem(const sdb_layout *L)
+
+
+cdef inline int copy_slot(const sdb_slot *s, sdb_slot *out, uint64_t *gen, int tries) noexcept nogil:
+    """A consistent copy of slot s under its seqlock (gen even, and the same after the copy), its gen
+    in *gen: 1; 0 when every one of `tries` attempts met a write."""
+    cdef uint64_t g1
+    cdef int t
+    for t in range(tries):
+        g1 = sdb_load_acquire_u64(&s.gen)
+        if g1 & 1:
+            continue
+        memcpy(out, <const void *>s, sizeof(sdb_slot))
+        sdb_fence_acquire()
+        if sdb_load_acquire_u64(&s.gen) == g1:
+            gen[0] = g1
+            return 1
+    return 0

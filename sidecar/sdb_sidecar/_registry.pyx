@@ -173,22 +173,13 @@ cdef class Registry:
         out = []
         cdef const sdb_slot *s
         cdef sdb_slot copy
-        cdef uint64_t g1
+        cdef uint64_t gen
         cdef uint32_t i
-        cdef int tries
         if not self.checked:
             self.check()
         for i in range(self.slot_count):
             s = <const sdb_slot *>(self.base + self.slots_offset + <size_t>i * self.slot_size)
-            for tries in range(100):
-                g1 = sdb_load_acquire_u64(&s.gen)
-                if g1 & 1:
-                    continue
-                memcpy(&copy, <const void *>s, sizeof(sdb_slot))
-                sdb_fence_acquire()
-                if sdb_load_acquire_u64(&s.gen) == g1:
-                    break
-            else:
+            if not copy_slot(s, &copy, &gen, 100):
                 continue
             if copy.live:
                 out.append({"slot": i, "serial": copy.serial, "tid": copy.native_tid,

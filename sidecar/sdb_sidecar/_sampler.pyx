@@ -29,7 +29,7 @@ from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcpy, memset
 from sdb_sidecar._util cimport *
 from sdb_sidecar._types cimport *
-from sdb_sidecar._registry cimport Registry, sdb_slot
+from sdb_sidecar._registry cimport Registry, sdb_slot, copy_slot
 from sdb_sidecar._encode cimport sdb_encode_samples, sdb_encode_samples_bound
 from sdb_sidecar._intern cimport sdb_intern_clear, sdb_intern_at
 from sdb_sidecar._tstate cimport sdb_tstate_close
@@ -130,16 +130,7 @@ cdef class Sampler(States):
         cdef SlotCache *c = &self.cache[idx]
         cdef sdb_slot copy
         cdef uint64_t g1
-        cdef int tries
-        for tries in range(2):
-            g1 = sdb_load_acquire_u64(&s.gen)
-            if g1 & 1:
-                continue
-            memcpy(&copy, <const void *>s, sizeof(sdb_slot))
-            sdb_fence_acquire()
-            if sdb_load_acquire_u64(&s.gen) == g1:
-                break
-        else:
+        if not copy_slot(s, &copy, &g1, 2):
             return 0                        # being written right now: next tick
         if copy.live and copy.serial == c.ended_serial:
             return 0                        # ended (th->status), its slot not yet handed back
@@ -189,6 +180,17 @@ cdef class Sampler(States):
         c.serial = 0
         c.has_prev = 0
         sdb_tstate_close(&c.ts)
+
+    cdef int settle(self, Job *job, uint64_t now) noexcept nogil:
+        """A read that neither succeeded nor tore: a thread gone is counted as an error, one that
+        ended (th->status) is ended; R_FATAL (the target is gone or unreadable) is returned."""
+        if job.result == R_GONE:
+            self.errors += 1
+        elif job.result == R_ENDED:
+            self.end_by_status(job, now)
+        elif job.result == R_FATAL:
+            return R_FATAL
+        return R_OK
 
     cdef int tick(self, uint64_t now) noexcept nogil:
         """Sample every registered thread once. Returns R_FATAL when the target is gone."""
@@ -250,11 +252,7 @@ cdef class Sampler(States):
                     self.jobs[n + ntorn] = self.jobs[i]
                     self.jobs[n + ntorn].result = R_OK
                     ntorn += 1
-                elif self.jobs[i].result == R_GONE:
-                    self.errors += 1
-                elif self.jobs[i].result == R_ENDED:
-                    self.end_by_status(&self.jobs[i], now)
-                elif self.jobs[i].result == R_FATAL:
+                elif self.settle(&self.jobs[i], now) == R_FATAL:
                     rc = R_FATAL
             if ntorn and rc == R_OK:
                 if self.read_and_walk(n, ntorn) != 0:
@@ -268,11 +266,7 @@ cdef class Sampler(States):
                             self.retried += 1
                         elif self.jobs[i].result == R_TORN:
                             self.torn += 1
-                        elif self.jobs[i].result == R_GONE:
-                            self.errors += 1
-                        elif self.jobs[i].result == R_ENDED:
-                            self.end_by_status(&self.jobs[i], now)
-                        elif self.jobs[i].result == R_FATAL:
+                        elif self.settle(&self.jobs[i], now) == R_FATAL:
                             rc = R_FATAL
         if rc == R_OK:
             self.ticks += 1

@@ -1,9 +1,6 @@
 # Thread states and idle reuse: a thread that ran no Ruby since its last read is sampled with that
 # read's stack (docs/internals.md, "Thread states").
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
-from libc.stdlib cimport malloc, calloc, realloc, free
-from libc.string cimport memcpy, memset, memcmp
-from posix.types cimport pid_t
 from sdb_sidecar._util cimport *
 from sdb_sidecar._types cimport *
 from sdb_sidecar._registry cimport Registry, sdb_layout, sdb_slot, sdb_header

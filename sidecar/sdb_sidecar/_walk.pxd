@@ -1,9 +1,6 @@
 # From the bytes of a tick to samples: method entries, checks, interning (docs/internals.md,
 # "Untrusted memory").
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
-from libc.stdlib cimport malloc, calloc, realloc, free
-from libc.string cimport memcpy, memset, memcmp
-from posix.types cimport pid_t
 from sdb_sidecar._util cimport *
 from sdb_sidecar._types cimport *
 from sdb_sidecar._registry cimport Registry, sdb_layout, sdb_slot, sdb_header

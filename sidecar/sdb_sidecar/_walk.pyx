@@ -5,6 +5,8 @@ rb_vm_frame_method_entry over the ep words read), the checks of untrusted memory
 link_ok, finish_job: docs/internals.md, "Reading the stacks of a tick"), interning into the tables
 (native/intern.c: ISeqs, frames, stacks, method entries, cref_or_me types) and one sample per thread
 (emit, into what the next drain takes)."""
+from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memcpy, memset, memcmp
 from sdb_sidecar._intern cimport (sdb_intern_init, sdb_intern_free, sdb_intern_clear, sdb_intern_find,
                                   sdb_intern_insert, sdb_intern_at)
 
@@ -422,11 +424,8 @@ cdef class Walk(Reads):
                 return R_TORN               # a method, block or class frame without ISeq and pc: half written
         if job.truncated:
             f = &self.cur[n_out]
+            memset(f, 0, sizeof(FrameEnt))  # no ISeq, pc or method entry
             f.kind = KIND_TRUNCATED
-            f.iseq = 0
-            f.pc = 0
-            f.me = 0
-            f.pad = 0
             n_out += 1
 
         # frames equal (root-aligned) to this thread's previous sample were checked then;
