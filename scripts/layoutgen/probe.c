@@ -227,6 +227,9 @@ main(void)
     FACT("frame_flag_finish", VM_FRAME_FLAG_FINISH);
     FACT("env_prev_tag_mask", ~(unsigned long)(uintptr_t)GC_GUARDED_PTR_REF((VALUE)~0ul));
     FACT("env_data_size", VM_ENV_DATA_SIZE);
+    FACT("env_me_cref", -(VM_ENV_DATA_INDEX_ME_CREF));
+    FACT("env_specval", -(VM_ENV_DATA_INDEX_SPECVAL));
+    FACT("env_flags", -(VM_ENV_DATA_INDEX_FLAGS));
     FACT("immediate_mask", RUBY_IMMEDIATE_MASK);
     FACT("fixnum_shift", bit_number(RB_INT2FIX(1) & ~(VALUE)RUBY_FIXNUM_FLAG));
     FACT("frame_magic_mask", VM_FRAME_MAGIC_MASK);

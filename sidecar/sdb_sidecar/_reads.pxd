@@ -18,6 +18,8 @@ cdef class Reads:
     cdef char task_dir[256]             # where the target's threads are in procfs, by the registry's tids
     cdef sdb_layout L                   # the sampler's own copy of the layout, checked (layout_problem)
     cdef uint32_t max_depth
+    cdef uint32_t env_below              # bytes below ep where a frame's env words start (the row's deepest)
+    cdef uint32_t env_me_at, env_prev_at, env_flags_at   # ... and each word's index among them
     cdef readonly int fatal_errno       # errno that stopped the loop (ESRCH: target exited)
     cdef uint32_t gc_flags_word          # 3.1: objspace->flags and running_ec as read with the
     cdef uint64_t running_ec_word        #   stacks of this read_jobs call (gem: sdb_find_gc_words)

@@ -33,6 +33,10 @@ cdef class Reads:
         if why is not None:
             raise RegistryError(f"{reg.path}: the layout is not one this sidecar can read ({why})")
         self.max_depth = max_depth
+        self.env_below = 8 * max(self.L.env_me_cref, self.L.env_specval, self.L.env_flags)
+        self.env_me_at = self.env_below // 8 - self.L.env_me_cref
+        self.env_prev_at = self.env_below // 8 - self.L.env_specval
+        self.env_flags_at = self.env_below // 8 - self.L.env_flags
         self.nslots = reg.slot_count
         self.th_lo = 0
         self.th_len = 0
@@ -291,7 +295,7 @@ cdef class Reads:
                 r.ep_off = NO_EP
                 r.me = 0
                 r.me_known = 0
-                if r.ep < 16:
+                if r.ep < self.env_below:
                     continue
                 if r.ep >= ADDR_MAX or (r.ep & 7):
                     job.result = R_TORN     # no Ruby env is there: a torn frame (the span arithmetic
@@ -305,7 +309,7 @@ cdef class Reads:
                     r.me = memo[job.nf - 1 - f].me
                     r.me_known = 1
                     continue
-                lo = r.ep - 16
+                lo = r.ep - self.env_below
                 hi = r.ep + 8
                 if lo >= c.vm_stack and hi <= job.cfp:     # in its VM stack
                     if job.need_hi == 0 or lo < job.need_lo:
@@ -361,7 +365,7 @@ cdef class Reads:
                 r = &self.raw[job.frame0 + f]
                 if r.ep_off != NO_EP:
                     cl = &self.clusters[r.ep_off]
-                    r.ep_off = cl.arena_off + (r.ep - 16 - cl.lo)
+                    r.ep_off = cl.arena_off + (r.ep - self.env_below - cl.lo)
             if job.need_hi > job.need_lo:   # the next read's window: the top of what this one needed
                 c = &self.cache[job.slot]
                 c.win_hi = job.need_hi

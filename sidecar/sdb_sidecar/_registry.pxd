@@ -89,6 +89,9 @@ cdef extern from "sdb_registry.h" nogil:
         uint16_t frame_flag_finish
         uint16_t env_prev_tag_mask
         uint16_t env_data_size
+        uint16_t env_me_cref
+        uint16_t env_specval
+        uint16_t env_flags
         uint16_t immediate_mask
         uint16_t fixnum_shift
         uint16_t iseq_type_top

@@ -10,7 +10,7 @@ from posix.unistd cimport close as c_close
 from posix.mman cimport mmap, munmap, PROT_READ, MAP_SHARED, MAP_FAILED
 from posix.stat cimport struct_stat, fstat
 from sdb_sidecar._util cimport sdb_errno, sdb_load_acquire_u64, sdb_load_acquire_u32, sdb_fence_acquire
-from sdb_sidecar._types cimport LAYOUT_NA, EC_SPAN, ISEQ_SPAN, BODY_SPAN, BODY_SPAN_MAX, ME_SPAN
+from sdb_sidecar._types cimport LAYOUT_NA, EC_SPAN, ISEQ_SPAN, BODY_SPAN, BODY_SPAN_MAX, ME_SPAN, ENV_WORDS_MAX
 
 
 class RegistryError(Exception):
@@ -34,6 +34,8 @@ cdef object layout_problem(const sdb_layout *L):
         return "an ISeq field lies outside the span read"
     if L.me_def + 8 > ME_SPAN or L.me_defined_class + 8 > ME_SPAN:
         return "a method entry field lies outside the span read"
+    if max(L.env_me_cref, L.env_specval, L.env_flags) >= ENV_WORDS_MAX:
+        return "a frame's env words lie further below ep than the sampler reads"
     return None
 
 

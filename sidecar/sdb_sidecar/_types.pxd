@@ -56,6 +56,7 @@ cdef enum:
 
 cdef enum:
     EC_SPAN = 64            # bytes read from the ec: covers vm_stack, size, cfp
+    ENV_WORDS_MAX = 8       # a frame's env words read (ep[-env_below/8 .. 0]): the row's may not reach further
     SPEC_FRAMES = 8         # phase 1 also reads the control frames from this many above the last cfp
     WIN_MARGIN = 1024       # ... and the ep words the last read needed in its VM stack, this much wider
     WIN_MAX = 8192          #     on each side, at most this many bytes (the top of the stack)

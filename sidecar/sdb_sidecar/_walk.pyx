@@ -212,29 +212,29 @@ cdef class Walk(Reads):
         return t
 
     cdef uint64_t env_me(self, const Job *job, const uint64_t *epd) noexcept nogil:
-        """The method entry for a frame whose ep[-2..0] are epd[0..2]."""
-        cdef uint64_t words[3]
+        """The method entry for a frame whose env words (ep[-2..0] in Ruby 3.1-4.0) are epd[0..]."""
+        cdef uint64_t words[ENV_WORDS_MAX]
         cdef uint64_t me, p
         cdef uint32_t level, k
         cdef const Cluster *cl
         cdef const uint64_t *d = epd
         for level in range(ME_WALK_MAX):
-            if d[2] & self.L.env_flag_local:
-                return self.check_me(d[0], 1)
-            me = self.check_me(d[0], 0)
+            if d[self.env_flags_at] & self.L.env_flag_local:
+                return self.check_me(d[self.env_me_at], 1)
+            me = self.check_me(d[self.env_me_at], 0)
             if me != 0:
                 return me
-            p = d[1] & ~(<uint64_t>self.L.env_prev_tag_mask)
-            if p < 16 or p >= ADDR_MAX or (p & 7):
+            p = d[self.env_prev_at] & ~(<uint64_t>self.L.env_prev_tag_mask)
+            if p < self.env_below or p >= ADDR_MAX or (p & 7):
                 return 0                    # no env there (torn, or garbage: never used as an offset)
             d = NULL
             for k in range(job.cluster0, job.cluster1):
                 cl = &self.clusters[k]
-                if p >= cl.lo + 16 and p + 8 <= cl.hi:
-                    d = <const uint64_t *>(self.eparena + cl.arena_off + (p - 16 - cl.lo))
+                if p >= cl.lo + self.env_below and p + 8 <= cl.hi:
+                    d = <const uint64_t *>(self.eparena + cl.arena_off + (p - self.env_below - cl.lo))
                     break
             if d == NULL:
-                if self.read1(p - 16, words, 24) != 24:     # a heap env
+                if self.read1(p - self.env_below, words, self.env_below + 8) != self.env_below + 8:   # a heap env
                     return 0
                 d = words
         return 0
@@ -402,14 +402,14 @@ cdef class Walk(Reads):
                 continue
             if r.ep_off == NO_EP:
                 return R_TORN               # a frame with no env: copied while it was written
-            epd = <const uint64_t *>(self.eparena + r.ep_off)      # ep[-2], ep[-1], ep[0]
-            ep0 = epd[2]
+            epd = <const uint64_t *>(self.eparena + r.ep_off)      # the env words (ep[-2], ep[-1], ep[0])
+            ep0 = epd[self.env_flags_at]
             magic = ep0 & self.L.frame_magic_mask
             if r.iseq == 0 and magic == self.L.frame_magic_cfunc:
                 f.kind = KIND_CFUNC
                 f.iseq = 0
                 f.pc = 0
-                f.me = epd[0]
+                f.me = epd[self.env_me_at]
                 if f.me == 0 or self.check_me(f.me, 0) == 0:
                     return R_TORN       # ep[-2] is not a method entry: read while the frame changed
                 n_out += 1

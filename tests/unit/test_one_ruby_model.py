@@ -1,7 +1,8 @@
 """No Ruby number is written outside the layout rows.
 
 Every number about Ruby's memory (type tags, imemo types, frame magics and env flags, the ISeq,
-method and thread-status enums, st_table and symbol-table offsets, the succinct line index) is a
+method and thread-status enums, st_table and symbol-table offsets, the succinct line index, the
+env words' indexes) is a
 field of struct sdb_layout, generated from each Ruby's own sources into gem/ext/sdb/sdb_layouts.h
 (scripts/gen-layouts). The gem, the sidecar, the BPF programs and the symbolizer read them from the
 row. This test reads their sources for the numbers and names that used to be written by hand, and
@@ -46,6 +47,8 @@ KNOWN = [
     (re.compile(r"\blocals\s*\+\s*3\b"), "VM_ENV_DATA_SIZE (env_data_size of the row)"),
     (re.compile(r"~\s*\(?\s*(?:<uint64_t>)?\s*3\b"), "the previous ep's tag bits (env_prev_tag_mask of the row)"),
     (re.compile(r"\b(?:v|obj|ids)\)?\s*&\s*7\b"), "RUBY_IMMEDIATE_MASK (immediate_mask of the row)"),
+    (re.compile(r"\b(?:ep|p)\s*-\s*16\b|\bepd\[\s*\d\s*\]|\bd\[\d\]"),
+     "an env word by its index (VM_ENV_DATA_INDEX_*: env_me_cref, env_specval, env_flags of the row)"),
 ]
 
 
@@ -94,6 +97,9 @@ def test_the_check_finds_a_frame_magic_put_back(tmp_path):
         "ok = ep == sp + (locals + 3) * 8": "VM_ENV_DATA_SIZE",
         "p = d[1] & ~(<uint64_t>3)": "tag bits",
         "if v < 4096 or (v & 7):": "IMMEDIATE_MASK",
+        "me = epd[0]": "env word",
+        "lo = r.ep - 16": "env word",
+        "if d[2] & local:": "env word",
     }
     for i, (code, what) in enumerate(lines.items()):
         suffix = ".c" if code.startswith("#define") else ".py"

@@ -118,7 +118,7 @@ sdb_check_frame(const struct sdb_layout *L, const unsigned char *cfpbuf, int run
     uint64_t ep, ep0;
     uint32_t magic;
     memcpy(&ep, cfpbuf + L->cfp_ep, 8);
-    if (!ep || sdb_read_u64(ep, &ep0)) return 0;
+    if (!ep || sdb_read_u64(ep - 8 * (uint64_t)L->env_flags, &ep0)) return 0;
     magic = (uint32_t)(ep0 & L->frame_magic_mask);
     if (running && magic != L->frame_magic_cfunc) {
         snprintf(why, cap, "the running C method's frame has ep[0] 0x%llx, not the row's CFUNC magic 0x%x",

@@ -167,6 +167,9 @@ struct sdb_layout {
     uint16_t frame_flag_finish;  /* VM_FRAME_FLAG_FINISH: the frame returns to C */
     uint16_t env_prev_tag_mask;  /* GC_GUARDED_PTR_REF's tag bits: the previous ep is ep[-1] & ~it */
     uint16_t env_data_size;      /* VM_ENV_DATA_SIZE: a method's ep is its caller's sp + locals + it words */
+    uint16_t env_me_cref;        /* words below ep (-VM_ENV_DATA_INDEX_ME_CREF): the method entry or cref */
+    uint16_t env_specval;        /* words below ep (-VM_ENV_DATA_INDEX_SPECVAL): the previous ep (tagged) */
+    uint16_t env_flags;          /* words below ep (-VM_ENV_DATA_INDEX_FLAGS): the frame magic and flags */
     /* special constants (include/ruby/internal/special_consts.h) */
     uint16_t immediate_mask;     /* RUBY_IMMEDIATE_MASK: v & it != 0 is no heap object */
     uint16_t fixnum_shift;       /* a Fixnum's value is v >> it (INT2FIX) */
