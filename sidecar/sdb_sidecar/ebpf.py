@@ -38,6 +38,7 @@ from . import _sampler, probes, uprobe_link
 from .bpfload import COMPILE_NICE, EbpfUnavailable, _import_bcc, bpf_source, check_available, lowered_priority
 from .symbols import trace_iseq_type
 from .governor import BACKOFF_MAX_S, DEFAULT_MAX_RATE, Governor
+from .ebpf_view import EbpfView
 from .wakeup import Wakeup
 
 __all__ = ["DEFAULT_MAX_RATE", "EbpfSymbolizer", "EbpfUnavailable", "EbpfView", "Governor", "bpf_source",
@@ -594,45 +595,3 @@ class EbpfSymbolizer:
                 "attached_ns": ts[0].attached_ns if ts else self.attached_ns,
                 "events": events, "lost": self.lost, "max_rate": self.max_rate,
                 "pauses": pauses, "paused_s": round(paused_ns / 1e9, 3)}
-
-
-class EbpfView:
-    """What one process's Drainer and status line see of the eBPF symbolizer: its own records and
-    attach time; the pauses, losses and ring buffer are the program's, shared by the tree."""
-
-    def __init__(self, sym: EbpfSymbolizer, pid: int):
-        self.sym = sym
-        self.pid = pid
-
-    @property
-    def max_rate(self) -> float:
-        return self.sym.max_rate
-
-    @property
-    def pauses(self) -> List[list]:
-        return self.sym.pauses
-
-    @property
-    def paused(self) -> bool:
-        return self.sym.paused
-
-    @property
-    def attach_kind(self) -> str:
-        return self.sym.attach_kind
-
-    @property
-    def attached_ns(self) -> int:
-        t = self.sym.targets.get(self.pid)
-        return t.attached_ns if t is not None else 1 << 63
-
-    def sync(self) -> None:
-        self.sym.sync()
-
-    def take(self) -> List[dict]:
-        return self.sym.take(self.pid)
-
-    def attached_throughout(self, a_ns: int, b_ns: int) -> bool:
-        return self.sym.attached_throughout(self.pid, a_ns, b_ns)
-
-    def summary(self) -> dict:
-        return self.sym.summary(self.pid)

@@ -275,7 +275,7 @@ def test_a_child_whose_registry_goes_as_it_is_opened_is_a_process_without_the_ge
     class Gone:
         def __init__(self, path):
             raise FileNotFoundError(2, "cannot open registry", path)
-    monkeypatch.setattr(target_module._sampler, "Registry", Gone)
+    monkeypatch.setattr(target_module._registry, "Registry", Gone)
     # WHEN it is opened
     with pytest.raises(SdbError) as e:
         target_module.open_target(child, wait_s=0)
