@@ -4,7 +4,7 @@ benchmark once in each tree (before then after on even rounds, after then before
 with that tree's own .venv/bin/python benchmarks/run.py --only NAME --rounds 1. Prints, for every
 row and metric, the median of the rounds with (min-max) for both trees and after/before.
 
-  flock /work/heavy.lock .venv/bin/python benchmarks/compare_builds.py --before /work/wt-before \\
+  .venv/bin/python benchmarks/compare_builds.py --before ../wt-before \\
       --only sample_cost --only sidecar_cpu --rounds 5 --tree-gem-home build/gem-home -- --ruby /usr/bin/ruby
   .venv/bin/python benchmarks/compare_builds.py --before ../wt-before --only symbolize_formats --rounds 3 -- --quick
 
@@ -12,7 +12,8 @@ Arguments after `--` go to run.py unchanged. --bench-root DIR: run DIR's benchma
 in both trees, each measuring its own build (SDB_BENCH_ROOT: common.ROOT), when the trees' benchmarks differ. --tree-gem-home DIR: pass each tree's own DIR (relative to the
 tree) as --gem-home. The JSON of every run stays in --out (default benchmarks/results/compare/): one
 directory per tree and round; the summary goes to --out/summary.json and, as Markdown, to stdout.
-Run it under `flock /work/heavy.lock` on a shared machine (the benchmarks load the CPU).
+Run it on an otherwise idle machine (the benchmarks load the CPU); `git worktree add ../wt-before REV` and
+`make setup` there make the tree to compare against.
 """
 from __future__ import annotations
 
