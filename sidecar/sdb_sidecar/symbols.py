@@ -9,6 +9,7 @@ published (struct sdb_layout); the trace's own ISeq and method types are sdb_tra
 """
 from __future__ import annotations
 
+import functools
 import struct
 from typing import Dict, Optional, Tuple
 
@@ -20,16 +21,15 @@ MAX_ISEQ_SIZE = 1 << 22  # instruction words; larger means the ISeq was freed an
 
 
 def _trace_types(L: dict) -> Tuple[Dict[int, int], Dict[int, int]]:
-    """{Ruby's value: the trace's} for ISeq and method types, made once per layout dict."""
-    got = _TRACE_TYPES.get(id(L))
-    if got is None or got[0] is not L:
-        got = (L, {L[f"iseq_type_{n}"]: i for i, n in enumerate(ISEQ_TYPES) if f"iseq_type_{n}" in L},
-               {L[f"method_type_{n}"]: i for i, n in enumerate(METHOD_TYPES) if f"method_type_{n}" in L})
-        _TRACE_TYPES[id(L)] = got
-    return got[1], got[2]
+    """{Ruby's value: the trace's} for ISeq and method types, for this layout's values of them."""
+    return _type_maps(tuple(L.get(f"iseq_type_{n}") for n in ISEQ_TYPES),
+                      tuple(L.get(f"method_type_{n}") for n in METHOD_TYPES))
 
 
-_TRACE_TYPES: Dict[int, tuple] = {}
+@functools.lru_cache(maxsize=8)       # one entry per set of Ruby enum values: every Ruby so far shares one
+def _type_maps(iseq_values: tuple, method_values: tuple) -> Tuple[Dict[int, int], Dict[int, int]]:
+    return ({v: i for i, v in enumerate(iseq_values) if v is not None},
+            {v: i for i, v in enumerate(method_values) if v is not None})
 
 
 def trace_iseq_type(L: dict, ruby_type: int) -> int:
