@@ -18,7 +18,7 @@ extensions = [
         f"sdb_sidecar.{name}",
         sources=[f"sidecar/sdb_sidecar/{name}.pyx"] + NATIVE,
         # sdb_registry.h is shared with the gem: one definition of the registry
-        include_dirs=["gem/ext/sdb", "sidecar/sdb_sidecar", "sidecar/sdb_sidecar/native"],
+        include_dirs=["gem/ext/sdb", "sidecar/sdb_sidecar", "sidecar/sdb_sidecar/native", "bpf"],
         extra_compile_args=["-O2", "-Wno-unused-function"],
     )
     for name in MODULES

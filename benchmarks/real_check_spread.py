@@ -6,7 +6,7 @@ Each round records rubocop and asciidoctor as the check does (sdb-sidecar record
 wall 1 ms raw inside, the same run) and prints Spearman's rank correlation of the top 20 self
 functions two ways: by self time (the check's: stackprof's samples weighted by raw_timestamp_deltas)
 and by sample counts (what the check compared before). `--hogs 2` runs two `yes > /dev/null` beside
-it. `--callee N` instead records benchmarks/programs/callee_share.rb (a callee taking half the time
+it. `--callee N` instead records tests/programs/callee_share.rb (a callee taking half the time
 in calls of N loop steps) and prints the callee's self share by sdb and by stackprof. Debian's Ruby,
 its rubocop, asciidoctor and stackprof (scripts/setup-machine installs them); the gem in the Ruby's
 own gem path (SDB_GEM_HOME= as make test) unless SDB_GEM_HOME says where.
@@ -47,7 +47,7 @@ def stackprof_counts(dump: Path) -> collections.Counter:
 
 def one_round(tmp: Path, name: str, argv: list) -> str:
     trace, dump = check.record_beside_stackprof(tmp, argv)
-    sp, n_sp, window = check.stackprof_self(dump)
+    sp, n_sp, window = check.stackprof_self(dump, check.in_context_since(trace))
     sd, sd_counts = check.sdb_self(trace, window)
     n_sd = sum(sd_counts.values())
     by_time = compare_self(sp, sd)
@@ -58,12 +58,13 @@ def one_round(tmp: Path, name: str, argv: list) -> str:
 
 
 def callee_round(tmp: Path, n: int) -> str:
-    trace, dump = check.record_beside_stackprof(tmp, [str(REPO / "benchmarks" / "programs" / "callee_share.rb"),
+    trace, dump = check.record_beside_stackprof(tmp, [str(REPO / "tests" / "programs" / "callee_share.rb"),
                                                        str(n), "4"])
-    sp, _, window = check.stackprof_self(dump)
+    sp, _, window = check.stackprof_self(dump, check.in_context_since(trace))
     sd, _ = check.sdb_self(trace, window)
     share = lambda p: 100 * p.get("Object#callee", 0) / sum(p.values())     # noqa: E731
-    return f"callee N={n}: stackprof {share(sp):.1f} %, sdb {share(sd):.1f} % of the self time"
+    top = ", ".join(f"{k} {100 * v / sum(sd.values()):.1f}" for k, v in sd.most_common(4))
+    return f"callee N={n}: stackprof {share(sp):.1f} %, sdb {share(sd):.1f} % of the self time (sdb: {top})"
 
 
 def main() -> None:
@@ -86,7 +87,7 @@ def main() -> None:
                 (tmp / "r").mkdir()
                 (tmp / "a").mkdir()
                 print(f"round {r}: " + one_round(tmp / "r", "rubocop", [
-                    shutil.which("rubocop"), "--cache", "false", "--format", "quiet", str(check.ACTIVESUPPORT)]),
+                    shutil.which("rubocop"), "--cache", "false", "--format", "quiet", *map(str, check.RUBOCOP_FILES)]),
                     flush=True)
                 print(f"round {r}: " + one_round(tmp / "a", "asciidoctor", [
                     shutil.which("asciidoctor"), "-o", "-", str(book)]), flush=True)

@@ -7,6 +7,27 @@ from sdb_sidecar._registry cimport Registry, sdb_layout, sdb_slot, sdb_header
 from sdb_sidecar._readbatch cimport sdb_batch, sdb_batch_add, sdb_batch_read1, SDB_BASE_ABS
 
 
+cdef extern from "ctxslot.h" nogil:
+    # one thread's in-context read (bpf/ctxslot.h, incontext.py): written by bpf/stack_in_context.c
+    cdef struct sdb_ctx_slot:
+        uint64_t reg_tid
+        uint64_t reg_th
+        uint64_t seq
+        uint64_t tid
+        uint64_t t_ns
+        uint64_t ec
+        uint64_t nbytes
+        uint64_t win_lo
+        uint64_t win_len
+        uint8_t hdr[64]
+        uint8_t frames[1]
+        uint8_t win[1]
+    enum:
+        SDB_CTX_HDR_BYTES
+        SDB_CTX_FRAME_BYTES
+        SDB_CTX_WIN_BYTES
+
+
 cdef struct Tapped:
     uint64_t *v
     uint64_t len, cap
@@ -47,6 +68,9 @@ cdef class Reads:
     cdef readonly uint64_t spec_hits     # threads whose frames phase 1 read speculatively (no phase 2)
     cdef readonly uint64_t phase3_skips  # reads that phase 1 completed (frames, ep words, cfp again)
     cdef Tapped tapped                   # record_reads: (address, length) of every read since
+    cdef sdb_ctx_slot *ctx               # the in-context reads (incontext.py), NULL without them
+    cdef uint32_t ctx_mask               #   slot = tid & ctx_mask
+    cdef readonly uint64_t ctx_samples   # samples whose frames were read in context
 
     cdef inline ssize_t read1(self, uint64_t addr, void *dst, size_t n) noexcept nogil:
         return sdb_batch_read1(&self.batch, self.pid, addr, dst, n)
@@ -97,5 +121,7 @@ cdef class Reads:
             jb.result = R_TORN
 
     cdef int run_reqs(self) noexcept nogil
+    cdef int take_ctx(self, Job *job) noexcept nogil
+    cdef void copy_ctx(self, Job *job) noexcept nogil
     cdef int read_jobs(self, uint32_t first, uint32_t n) noexcept nogil
     cdef uint32_t state_from_status(self, Job *job) noexcept nogil

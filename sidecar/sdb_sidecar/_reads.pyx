@@ -132,6 +132,18 @@ cdef class Reads:
             job.need_hi = 0
             job.from_status = 0
             c = &self.cache[job.slot]
+            if self.take_ctx(job):
+                # its frames, header and window come from its in-context read (copy_ctx); only
+                # its ec (and, Ruby 3.1, its status) is read now: the ec must still be that read's
+                if job.state == STATE_UNKNOWN and self.th_len:
+                    self.add_req(job.thread_addr + self.th_lo, self.th_len, AREA_JOB_TH, 0, j, R_GONE)
+                else:
+                    self.add_req(job.ec_addr, 8, AREA_JOB_EC, 0, j, R_GONE)
+                job.spec_off = spec_total
+                spec_total += job.spec_len
+                job.win_off = win_total
+                win_total += job.win_hi - job.win_lo
+                continue
             if job.state == STATE_UNKNOWN and self.th_len:
                 # no state from the gem (Ruby 3.1): th->ec and th->status in one read
                 self.add_req(job.thread_addr + self.th_lo, self.th_len, AREA_JOB_TH, 0, j, R_GONE)
@@ -163,6 +175,12 @@ cdef class Reads:
                 or grow(<void **>&self.eparena, &self.ep_cap, win_total + 8, 1) != 0):
             return -1
         ep_total = win_total
+        for j in range(first, first + n):
+            job = &self.jobs[j]
+            if job.ctx:
+                self.copy_ctx(job)
+                if not job.ctx:             # rewritten while copied: read from outside, as any
+                    job.lo_ns = lo_ns
         if self.run_reqs() != 0:
             return -1
         # 1b. the header of an ec that changed (a fiber switch, a new thread)
@@ -186,6 +204,10 @@ cdef class Reads:
             elif job.ec != self.cache[job.slot].ec or not job.hdr_ok:
                 job.spec_ok = 0             # what phase 1 read was another ec's (or its header failed)
                 job.win_ok = 0
+                if job.ctx:                 # an in-context read of another ec (a fiber switched since)
+                    job.ctx = 0
+                    job.cfp2_ok = 0
+                    job.lo_ns = lo_ns
                 self.add_req(job.ec, EC_SPAN, AREA_JOB_HDR, 0, j, R_GONE)
         if self.batch.n and self.run_reqs() != 0:
             return -1
@@ -246,6 +268,10 @@ cdef class Reads:
                 job.spec_ok = 0
             if not job.spec_ok:
                 job.cfp2_ok = 0             # read before its frames: phase 3 reads it again
+                if job.ctx:                 # deeper than an in-context read holds: read from outside
+                    job.ctx = 0
+                    job.win_ok = 0
+                    job.lo_ns = lo_ns
         if (grow(<void **>&self.rawbuf, &self.rawbuf_cap, raw_total + 64, 1) != 0
                 or grow(<void **>&self.raw, &self.raw_cap, frames_total + 1, sizeof(RawFrame)) != 0):
             return -1
@@ -266,7 +292,8 @@ cdef class Reads:
         # before it). The tick's start is several us earlier (a retry's: a whole read earlier).
         read_ns = sdb_now_ns()
         for j in range(first, first + n):
-            self.jobs[j].read_ns = read_ns
+            if not self.jobs[j].ctx:
+                self.jobs[j].read_ns = read_ns
         # 3. ep words of the frames without ISeq+pc, in merged spans; then ec->cfp again
         for j in range(first, first + n):
             job = &self.jobs[j]
@@ -383,12 +410,68 @@ cdef class Reads:
                     cl = &self.clusters[f]
                     if not cl.preread:
                         self.add_req(cl.lo, cl.hi - cl.lo, AREA_EP, cl.arena_off, j, R_TORN)
-                self.add_req(job.ec + self.L.ec_cfp, 8, AREA_JOB_CFP2, 0, j, R_TORN)
+                if not job.ctx:             # an in-context read's frames did not move while read
+                    self.add_req(job.ec + self.L.ec_cfp, 8, AREA_JOB_CFP2, 0, j, R_TORN)
             if self.batch.n and self.run_reqs() != 0:
                 return -1
         else:
             self.phase3_skips += 1
         return 0
+
+    cdef int take_ctx(self, Job *job) noexcept nogil:
+        """1 if job's thread has an in-context read (incontext.py) newer than its last sample, taken
+        while it ran: the job's header, frames and window are that read's (copy_ctx copies them once
+        the buffers are grown), its time the read's. A thread not yet asked for is asked for here."""
+        cdef sdb_ctx_slot *s
+        cdef uint64_t seq, cfp
+        cdef SlotCache *c = &self.cache[job.slot]
+        job.ctx = 0
+        if self.ctx == NULL or job.tid == 0 or job.thread_addr == 0:
+            return 0
+        s = &self.ctx[job.tid & self.ctx_mask]
+        if sdb_load_acquire_u64(&s.reg_tid) != job.tid or sdb_load_acquire_u64(&s.reg_th) != job.thread_addr:
+            # ask for this thread (threads sharing a slot take it in turn: each tick asks anew)
+            sdb_store_release_u64(&s.reg_tid, 0)
+            sdb_store_release_u64(&s.reg_th, job.thread_addr)
+            sdb_store_release_u64(&s.reg_tid, job.tid)
+            return 0
+        seq = sdb_load_acquire_u64(&s.seq)
+        # written now; another thread's (sharing the slot); a read that faulted; one this thread's
+        # last sample is newer than (each read is taken once, in time order); one after the tick
+        if (seq & 1) or s.tid != job.tid or s.nbytes == 0 or s.nbytes > SDB_CTX_FRAME_BYTES \
+                or s.win_len > SDB_CTX_WIN_BYTES or s.t_ns <= c.last_ns or s.t_ns > self.tick_ns:
+            return 0
+        memcpy(job.hdr, s.hdr, EC_SPAN)
+        cfp = u64_at(job.hdr, self.L.ec_cfp)
+        job.ctx = 1
+        job.ctx_slot = <void *>s
+        job.ctx_seq = seq
+        job.hdr_ok = 1
+        c.ec = s.ec                         # phase 1's ec word must be this one (1b)
+        job.spec_lo = cfp
+        job.spec_len = s.nbytes
+        job.win_lo = s.win_lo
+        job.win_hi = s.win_lo + s.win_len
+        job.lo_ns = s.t_ns
+        job.read_ns = s.t_ns
+        return 1
+
+    cdef void copy_ctx(self, Job *job) noexcept nogil:
+        """The in-context read's frames and window into the tick's buffers; job.ctx 0 when the program
+        rewrote the slot meanwhile (then nothing of it is used)."""
+        cdef sdb_ctx_slot *s = <sdb_ctx_slot *>job.ctx_slot
+        memcpy(self.specbuf + job.spec_off, s.frames, job.spec_len)
+        if job.win_hi > job.win_lo:
+            memcpy(self.eparena + job.win_off, s.win, job.win_hi - job.win_lo)
+        sdb_fence_acquire()
+        if sdb_load_acquire_u64(&s.seq) != job.ctx_seq:
+            job.ctx = 0
+            job.hdr_ok = 0
+            return
+        job.spec_ok = 1
+        job.win_ok = job.win_hi > job.win_lo
+        job.cfp2 = job.spec_lo
+        job.cfp2_ok = 1
 
     cdef uint32_t state_from_status(self, Job *job) noexcept nogil:
         """Ruby 3.1: the state th->status says (native/tstate.c); read_jobs asks the kernel which

@@ -34,6 +34,7 @@ from sdb_sidecar._encode cimport sdb_encode_samples, sdb_encode_samples_bound
 from sdb_sidecar._intern cimport sdb_intern_clear, sdb_intern_at
 from sdb_sidecar._tstate cimport sdb_tstate_close
 from sdb_sidecar._states cimport States
+from sdb_sidecar._reads cimport sdb_ctx_slot
 
 
 cdef class Sampler(States):
@@ -91,6 +92,19 @@ cdef class Sampler(States):
             self.cache[i].ts.kv_probe_ns = 0
             self.cache[i].ts.asleep = 0
         pthread_mutex_unlock(&self.mu)
+
+    def use_in_context(self, size_t address, uint32_t slots):
+        """Take running threads' stacks from the in-context reads mapped at `address`
+        (incontext.InContext: `slots` sdb_ctx_slot, a power of two), newer than their last sample,
+        instead of copying them from outside while they run. Must stay mapped while this sampler
+        runs. 0: back to reads from outside only."""
+        if slots & (slots - 1):
+            raise ValueError("the in-context slot count must be a power of two")
+        with nogil:
+            pthread_mutex_lock(&self.mu)
+            self.ctx = <sdb_ctx_slot *>address
+            self.ctx_mask = slots - 1 if address else 0
+            pthread_mutex_unlock(&self.mu)
 
     def forget_iseqs(self):
         """Every ISeq is new again: the next sample that shows one hands it to the Drainer, which
@@ -354,7 +368,7 @@ cdef class Sampler(States):
         cdef uint32_t *ar = NULL
         cdef StackEnt *st = NULL
         cdef uint64_t arena0, arena1
-        cdef uint64_t cut[12]
+        cdef uint64_t cut[13]
         with nogil:
             pthread_mutex_lock(&self.mu)
             taken = self.g
@@ -381,7 +395,7 @@ cdef class Sampler(States):
                 cut[0] = self.ticks; cut[1] = self.late; cut[2] = self.missed; cut[3] = self.total_samples
                 cut[4] = self.torn; cut[5] = self.retried; cut[6] = self.errors; cut[7] = self.reused
                 cut[8] = self.yjit_pcs; cut[9] = self.span_unsure; cut[10] = self.threads_seen
-                cut[11] = self.gc_samples
+                cut[11] = self.gc_samples; cut[12] = self.ctx_samples
                 self.start_over()
             pthread_mutex_unlock(&self.mu)
         smp = taken.samples
@@ -409,8 +423,8 @@ cdef class Sampler(States):
             }
             if reset:
                 out["cut"] = dict(zip(("ticks", "late", "missed", "samples", "torn", "retried", "errors", "reused",
-                                       "yjit_no_line", "span_unsure", "threads", "gc_samples"),
-                                      [cut[i] for i in range(12)]))
+                                       "yjit_no_line", "span_unsure", "threads", "gc_samples", "in_context"),
+                                      [cut[i] for i in range(13)]))
             if encode_samples:
                 out["samples_record"] = encode_samples_record(smp, taken.sample_len)
             else:
@@ -433,7 +447,7 @@ cdef class Sampler(States):
     def stats(self):
         return {"ticks": self.ticks, "late": self.late, "missed": self.missed, "samples": self.total_samples, "torn": self.torn,
                 "retried": self.retried, "errors": self.errors, "gc_samples": self.gc_samples, "reused": self.reused, "threads": self.threads_seen,
-                "yjit_no_line": self.yjit_pcs, "span_unsure": self.span_unsure,
+                "yjit_no_line": self.yjit_pcs, "span_unsure": self.span_unsure, "in_context": self.ctx_samples,
                 "start_ns": self.start_ns, "last_tick_ns": self.last_tick_ns,
                 "read_ns_total": self.read_ns_total}
 
@@ -481,3 +495,8 @@ def monotonic_ns():
 
 def wall_ns():
     return sdb_wall_ns()
+
+
+def ctx_slot_size():
+    """sizeof(struct sdb_ctx_slot) (bpf/ctxslot.h): incontext.py maps that many bytes a slot."""
+    return sizeof(sdb_ctx_slot)

@@ -173,6 +173,9 @@ cdef struct Job:            # one thread being read in this tick
     uint64_t span0          # the slot's span and span_ec when the slot was taken (before any read)
     uint64_t span_ec
     uint64_t lo_ns          # before the first read of them: they were copied within [lo_ns, read_ns]
+    uint32_t ctx            # 1: its ec header, frames and window are an in-context read's (take_ctx)
+    void *ctx_slot          #   that read's slot (sdb_ctx_slot), and its seq when taken
+    uint64_t ctx_seq
 
 cdef struct Cluster:        # a span of ep words read with one iovec
     uint64_t lo
@@ -213,3 +216,4 @@ cdef struct SlotCache:
     MeMemo *memo            # method entries of the last read's frames, root first
     uint32_t nmemo
     uint32_t memo_cap
+    uint64_t last_ns        # its last sample's time (an in-context read is taken only if newer)

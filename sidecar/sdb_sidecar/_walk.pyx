@@ -515,6 +515,9 @@ cdef class Walk(Reads):
         self.g.samples[self.g.sample_len].tick = self.ticks
         self.g.sample_len += 1
         self.total_samples += 1
+        self.cache[job.slot].last_ns = now
+        if job.ctx:
+            self.ctx_samples += 1
         return R_OK
 
     cdef void start_over(self) noexcept nogil:

@@ -47,6 +47,25 @@ def lowered_priority(nice: int):
                 pass
 
 
+# bcc's compile (clang, LLVM) is not safe to run in two threads at once: two programs compiled
+# together crash the process. Every program of this process is compiled under this lock. It also
+# changes the process's working directory while it runs (to the kernel's headers): the commands
+# resolve their paths before any compile starts.
+COMPILE_LOCK = threading.Lock()
+COMPILE_THREADS: list = []      # every thread started to compile a program (compiling() asks about them)
+
+
+def compiling() -> bool:
+    """A thread of this process still compiles (or attaches) an eBPF program."""
+    return any(t.is_alive() for t in COMPILE_THREADS)
+
+
+def compile_bpf(BPF, text: str, cflags: list):
+    """bcc's BPF(text, cflags), one compile at a time, at COMPILE_NICE."""
+    with COMPILE_LOCK, lowered_priority(COMPILE_NICE):
+        return BPF(text=text, cflags=cflags)
+
+
 class EbpfUnavailable(Exception):
     """eBPF cannot be used for this target; the message says why."""
 

@@ -35,7 +35,7 @@ from collections import deque
 from typing import Callable, Deque, Dict, List, Optional, Tuple
 
 from . import _sampler, probes, uprobe_link
-from .bpfload import COMPILE_NICE, EbpfUnavailable, _import_bcc, bpf_source, check_available, lowered_priority
+from .bpfload import EbpfUnavailable, _import_bcc, bpf_source, check_available, compile_bpf
 from .symbols import trace_iseq_type
 from .governor import BACKOFF_MAX_S, DEFAULT_MAX_RATE, Governor
 from .ebpf_view import EbpfView
@@ -163,8 +163,7 @@ class EbpfSymbolizer:
                         for i, p in enumerate(creators) for kind in ("", "_link"))
         src = src.replace("\nPROBE_FUNCTIONS\n", "\n" + entry)
         try:
-            with lowered_priority(COMPILE_NICE):
-                self._bpf = BPF(text=src, cflags=bpf_cflags(self.layout))
+            self._bpf = compile_bpf(BPF, src, bpf_cflags(self.layout))
         except Exception as e:  # bcc raises a bare Exception for a failed compile or load
             raise EbpfUnavailable(f"the eBPF program did not load: {str(e).splitlines()[0] if str(e) else e}") \
                 from None

@@ -18,7 +18,7 @@ import struct
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from .bpfload import EbpfUnavailable, _import_bcc, bpf_source, check_available
+from .bpfload import EbpfUnavailable, _import_bcc, bpf_source, check_available, compile_bpf
 
 BTF_PATH = "/sys/kernel/btf/vmlinux"
 KV_SLOTS = 1 << 16                 # slot = tid & (KV_SLOTS - 1); 8 bytes each: 512 KiB
@@ -100,7 +100,7 @@ class KernelView:
         pid_off, tgid_off = task_offsets()
         cflags = [f"-DTASK_PID={pid_off}", f"-DTASK_TGID={tgid_off}", f"-DKV_SLOTS={KV_SLOTS}"]
         try:
-            self._bpf = BPF(text=bpf_source("thread_switches.c"), cflags=cflags)   # attaches sched_switch
+            self._bpf = compile_bpf(BPF, bpf_source("thread_switches.c"), cflags)   # attaches sched_switch
         except Exception as e:  # bcc raises a bare Exception for a failed compile, load or attach
             raise EbpfUnavailable(f"the kernel view did not load: {str(e).splitlines()[0] if str(e) else e}") \
                 from None

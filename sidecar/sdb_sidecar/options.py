@@ -18,6 +18,7 @@ class Options:
     quiet: bool = False              # no status line
     ebpf: bool = True                # name ISeqs at birth with eBPF where the machine allows it
     ebpf_max_rate: float = DEFAULT_MAX_RATE   # ISeqs/s above which eBPF's creation probes pause (0: never)
+    in_context: bool = True          # with eBPF: running threads' stacks read on their own CPU (incontext.py)
     from_start: bool = False         # the recording covers the target since it published its registry
                                      # (`record`): its requests/jobs since then are all in the trace
     children: bool = True            # attach, record: the target's descendants that run the gem too
@@ -34,6 +35,7 @@ class Options:
                    max_depth=getattr(args, "max_depth", d.max_depth), quiet=getattr(args, "quiet", d.quiet),
                    ebpf=not getattr(args, "no_ebpf", not d.ebpf),
                    ebpf_max_rate=getattr(args, "ebpf_max_rate", d.ebpf_max_rate),
+                   in_context=not getattr(args, "no_in_context", not d.in_context),
                    children=not getattr(args, "no_children", not d.children),
                    rotate_s=(getattr(args, "rotate", None) or (0.0, 0))[0],
                    rotate_bytes=(getattr(args, "rotate", None) or (0.0, 0))[1],

@@ -17,6 +17,8 @@ from . import _sampler
 from .drainer import Drainer
 from .ebpf import DEFAULT_MAX_RATE, EbpfSymbolizer, EbpfUnavailable, EbpfView
 from .kview import KernelView
+from . import bpfload, incontext
+from .incontext import InContext
 from .options import Options
 from .process import alive, execd_another, exiting, pidfd
 from .target import Target
@@ -65,22 +67,22 @@ class EbpfHub:
     process's probes are in are named by remote reads, as those alive before the recording are; on
     Ruby 3.1 procfs tells its sampler which threads ran until its view comes."""
 
-    _threads: list = []     # every hub's compiling thread (compiling() asks if one still runs)
-
-    @classmethod
-    def compiling(cls) -> bool:
-        """A hub's thread still runs (compiling or attaching) in this process."""
-        return any(t.is_alive() for t in cls._threads)
+    @staticmethod
+    def compiling() -> bool:
+        """A hub's thread (or incontext.prepare's) still runs (compiling or attaching) in this process."""
+        return bpfload.compiling()
 
     def __init__(self, max_rate: float = DEFAULT_MAX_RATE):
         self.max_rate = max_rate
         self.symbolizer: Optional[EbpfSymbolizer] = None
         self.kernel_view: Optional[KernelView] = None
+        self.in_context: Optional[InContext] = None
         self._lock = threading.Lock()
         self._sessions: list = []       # joined, attached when the programs are in
         self._thread: Optional[threading.Thread] = None
         self._sym_done = False          # the symbolizer's compile is over (whatever it got)
         self._done = False              # the compiling thread is over (whatever it got)
+        self._ctx_done = False          # the in-context reads' compile is over (whatever it got)
         self._closed = False
         self._told = False              # the notice that eBPF is missing was printed
 
@@ -92,20 +94,28 @@ class EbpfHub:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._compile, args=(session,), name="sdb-ebpf-start",
                                                 daemon=True)
-                EbpfHub._threads.append(self._thread)
+                bpfload.COMPILE_THREADS.append(self._thread)
                 self._thread.start()
                 return
-            sym_ready, kv_ready = self._sym_done, self._done
+            sym_ready, kv_ready, ctx_ready = self._sym_done, self._done, self._ctx_done
         if sym_ready:
             self._attach_symbolizer(session)
         if kv_ready:
             self._attach_kernel_view(session)
+        if ctx_ready:
+            self._attach_in_context(session)
 
     def _compile(self, first: "Session") -> None:
-        """The symbolizer first, attached for every process joined so far; then (Ruby 3.1) the kernel
-        view, likewise. A process that joins later is attached as it joins."""
+        """The in-context reads first (compiled already when `record` prepared them), then the
+        symbolizer, then (Ruby 3.1) the kernel view, each attached for every process joined so far
+        once it is in. A process that joins later is attached as it joins."""
         target = first.target
         sym = kv = None
+        if first.opts.in_context:
+            self._compile_in_context(first)
+        else:
+            with self._lock:
+                self._ctx_done = True
         try:
             sym = EbpfSymbolizer(target.pid, target.registry.layout, self.max_rate,
                                  on_pause=first.sampler.forget_iseqs)
@@ -145,6 +155,38 @@ class EbpfHub:
             sessions = list(self._sessions)
         for s in sessions:
             self._attach_kernel_view(s)
+    def _compile_in_context(self, first: "Session") -> None:
+        """The in-context reads (incontext.py), compiled after the symbolizer (bcc compiles one
+        program at a time: bpfload.COMPILE_LOCK), attached for every process joined so far; a
+        process that joins later is attached as it joins."""
+        target = first.target
+        ic = None
+        try:
+            bpfload.check_available()
+        except EbpfUnavailable:
+            with self._lock:            # no eBPF at all: the symbolizer's notice says why, once
+                self._ctx_done = True
+            return
+        try:
+            ic = incontext.take(first.opts.rate_hz)
+        except EbpfUnavailable as e:
+            ic = None
+            if not exiting(target.pid) and not self._closed:
+                sys.stderr.write(f"sdb: notice: no in-context reads ({e}); running threads' stacks are "
+                                 f"copied from outside, and calls shorter than a copy lose samples to "
+                                 f"their callers\n")
+        except Exception:
+            ic = None
+        with self._lock:
+            self._ctx_done = True
+            if self._closed:
+                if ic is not None:
+                    ic.close()
+                return
+            self.in_context = ic
+            sessions = list(self._sessions)
+        for s in sessions:
+            self._attach_in_context(s)
 
     def _notice(self, session: "Session", why: str) -> None:
         # a program that is over (or a recording that ended) needs no eBPF: nothing to say
@@ -186,14 +228,35 @@ class EbpfHub:
         session.sampler.use_kernel_view(kv.address, kv.slots)
         session.kernel_view = kv
 
+    def _attach_in_context(self, session: "Session") -> None:
+        """In-context reads for one more process (keyed by our tids: not for a container's)."""
+        target = session.target
+        with self._lock:
+            if self._closed or session not in self._sessions or self.in_context is None:
+                return
+            ic = self.in_context
+        if target.ns_pid != target.pid or session.in_context is ic:
+            return
+        try:
+            ic.add(target.pid, target.registry.layout)
+        except Exception:
+            return
+        session.sampler.use_in_context(ic.address, ic.slots)
+        session.in_context = ic
+        session.in_context_since_ns = _sampler.monotonic_ns()
+
     def leave(self, session: "Session") -> None:
         """One process's recording is over: its probes out (the kernel view stays mapped for a
         sampler thread that did not stop: it goes with our exit)."""
         with self._lock:
             if session in self._sessions:
                 self._sessions.remove(session)
-            sym, kv = self.symbolizer, self.kernel_view
+            sym, kv, ic = self.symbolizer, self.kernel_view, self.in_context
         pid = session.target.pid
+        if ic is not None and session.in_context is ic:
+            ic.remove(pid)
+            if not session.thread.is_alive():
+                session.sampler.use_in_context(0, 0)
         if sym is not None and pid in sym.targets and pid != sym.pid:
             sym.remove(pid)
         if kv is not None and session.kernel_view is kv:
@@ -205,11 +268,13 @@ class EbpfHub:
         """Every program detached; one still compiling is closed as soon as it is done."""
         with self._lock:
             self._closed = True
-            sym, kv = self.symbolizer, self.kernel_view
-            self.symbolizer = self.kernel_view = None
+            sym, kv, ic = self.symbolizer, self.kernel_view, self.in_context
+            self.symbolizer = self.kernel_view = self.in_context = None
             alive = any(s.thread.is_alive() for s in self._sessions)
         if sym is not None:
             sym.close()
+        if ic is not None and not alive:   # a stalled sampler thread may still read it
+            ic.close()
         if kv is not None and not alive:   # a stalled sampler thread may still read it
             kv.close()
 
@@ -276,6 +341,8 @@ class Session:
         self.hub: Optional[EbpfHub] = EbpfHub(opts.ebpf_max_rate) if self.own_hub else hub
         self.symbolizer: Optional[EbpfView] = None      # set by the hub once attached
         self.kernel_view: Optional[KernelView] = None   # likewise (Ruby 3.1)
+        self.in_context: Optional[InContext] = None     # likewise
+        self.in_context_since_ns = 0                    # when its sampler began to take them
         self.result: list = []          # what sampler.run returned: why it ended
         self.interrupted = False
         self.execd = False
@@ -391,6 +458,7 @@ class Session:
                 "late": stats["late"], "missed": stats["missed"], "samples": stats["samples"], "torn": stats["torn"],
                 "retried": stats["retried"], "reused": stats["reused"], "errors": stats["errors"],
                 "yjit_no_line": stats["yjit_no_line"], "span_unsure": stats["span_unsure"],
+                "in_context": stats["in_context"], "in_context_since_ns": self.in_context_since_ns,
                 "spans_lost": d.spans.lost, "endpoints_refused": self.target.registry.strings_refused,
                 "threads": stats["threads"], "symbol_errors": d.symbol_errors,
                 "names_superseded": d.superseded, "names_unproven": d.unproven,

@@ -12,7 +12,10 @@ import os
 import signal
 import struct
 
+import pytest
+
 from conftest import read_trace, samples_so_far, wait_for
+from sdb_sidecar.ebpf import EbpfUnavailable, check_available
 from sdb_sidecar._registry import Registry
 from sdb_symbolize.resolve import Resolver
 from sdb_symbolize.labels import LABELS_RUBY
@@ -26,13 +29,24 @@ CALLER = {"Object#leaf_a": "Object#mid_a", "Object#mid_a": "Object#top_a", "Obje
 LEAVES = {"Kernel#instance_variable_defined?"}
 
 
-def test_no_frame_the_thread_left_shows_above_its_live_stack(ruby_target, sidecar_process, tmp_path):
+def ebpf_missing() -> str:
+    try:
+        check_available()
+    except EbpfUnavailable as e:
+        return str(e)
+    return ""
+
+
+@pytest.mark.parametrize("reads", ["from outside", pytest.param("in context", marks=pytest.mark.skipif(
+    bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}"))])
+def test_no_frame_the_thread_left_shows_above_its_live_stack(ruby_target, sidecar_process, tmp_path, reads):
     # GIVEN a program calling a three-deep chain and C functions in turn, as fast as it can
     target = ruby_target("call_return.rb", "sdb")
     trace = tmp_path / "trace.msgpack"
-    # WHEN it is recorded at 10 kHz until 20,000 samples are in
+    # WHEN it is recorded at 10 kHz until 20,000 samples are in (its running stack copied from
+    # another CPU, or, with eBPF, on its own: bpf/stack_in_context.c)
     sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(trace), "--rate", "10000",
-                              "--duration", "600", "-q", "--no-ebpf")
+                              "--duration", "600", "-q", *(["--no-ebpf"] if reads == "from outside" else []))
     wait_for(lambda: samples_so_far(trace) >= 20_000 or sidecar.poll() is not None, 300, what="20,000 samples")
     target.proc.kill()
     sidecar.communicate(timeout=60)
@@ -57,6 +71,8 @@ def test_no_frame_the_thread_left_shows_above_its_live_stack(ruby_target, sideca
     # AND both kinds of leaf were sampled (the shape the check is about happened)
     chain = leaves["Object#top_a"] + leaves["Object#mid_a"] + leaves["Object#leaf_a"]
     assert chain > 100 and leaves["Kernel#instance_variable_defined?"] > 100, (leaves.most_common(6), t.end)
+    # AND the reads were the kind asked for
+    assert (t.end["in_context"] > 0) == (reads == "in context"), t.end
 
 
 def test_a_frame_left_above_a_c_function_is_dropped_whatever_the_c_frames_pc(ruby_target, sidecar_process,

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from .. import __version__
+from .. import __version__, incontext
 from ..errors import Exit, SdbError
 from ..options import Options
 from ..recorder import record
@@ -87,18 +87,25 @@ class Recording:
         old = {s: signal.signal(s, self.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         counts = error = None
         try:
+            opts = Options.from_args(self.args, quiet=True, from_start=True)
+            # bcc changes the process's working directory while it compiles (to the kernel's
+            # headers): nothing may be resolved against it from now on
+            output = os.path.abspath(self.args.output)
             try:
                 self.child = subprocess.Popen(self.argv, env=self.env)
             except OSError as e:
                 raise SdbError(f"cannot run {self.argv[0]}: {e.strerror}", Exit.CHILD_FAILED) from None
+            if opts.ebpf and opts.in_context:
+                incontext.prepare(opts.rate_hz)     # compiled while the program boots
             # a hang-up reaches the program too; the recording ends when the program does
             old[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)
             try:
                 target = self.wait_for_target()
                 if target is not None:
                     # quiet: the program owns the terminal
-                    counts = record(target, self.args.output, Options.from_args(self.args, quiet=True, from_start=True),
-                                    on_signal=self.on_signal)
+                    counts = record(target, output, opts, on_signal=self.on_signal)
+                    if counts.get("files") == [output]:
+                        counts["files"] = [self.args.output]    # said as the user wrote it
             except SdbError as e:  # the program runs on, unrecorded, as it would without sdb
                 error = e
                 sys.stderr.write(f"sdb-sidecar: error: {e} (the program runs on, unrecorded)\n")

@@ -1,0 +1,164 @@
+"""In-context stack reads: the stacks of running threads copied on their own CPU, at a CPU tick.
+
+A stack copied from another CPU while its thread runs changes during the copy; the sampler's
+checks keep what both frame pointers hold, so a method whose calls are shorter than a copy (a few
+us: most C functions, many small Ruby methods) loses its samples to its caller. `bpf/stack_in_context.c`,
+attached to a cpu-clock perf event at the sampling rate on every CPU, copies the control frames,
+the ec's header and the top of the VM stack of a thread the sampler asked for, when the tick finds
+it on that CPU, into the thread's slot of a BPF array mapped here (BPF_F_MMAPABLE,
+`bpf/ctxslot.h`). The sampler takes a thread's newest such read at its own tick
+(`Sampler.use_in_context`) and reads everything else from outside as before. The program only
+reads; it runs in the interrupt of the target's CPU (the cost: benchmarks/RESULTS.md, in_context).
+
+The program knows no Ruby when compiled (each process's offsets are given when it is added), so
+`record` compiles it while the program boots (`prepare`, then `take` when the registry appears).
+Keyed by the kernel's tids: a target in another pid namespace (a container) is not read here
+(its registry holds its own tids).
+
+Alternatives weighed (benchmarks/RESULTS.md, in_context): keeping the stack at the first frame
+pointer of a copy from outside, with a "(changed while read)" frame where the frames the thread left
+fail a check, halved the bias on sub-us calls but gave 12 % of asciidoctor's samples to that frame
+(C functions return within a copy), and stale frames of the same shape still passed the checks."""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import threading
+from typing import Optional
+
+from . import bpfload
+from .bpfload import EbpfUnavailable, _import_bcc, bpf_source, check_available, compile_bpf
+
+CTX_SLOTS = 128                     # slot = tid & (CTX_SLOTS - 1)
+PERF_TYPE_SOFTWARE = 0x1
+PERF_COUNT_SW_CPU_CLOCK = 0x0
+OVERSAMPLE = 2
+
+
+def slot_size() -> int:
+    """sizeof(struct sdb_ctx_slot), from the header's constants (checked against the sampler's)."""
+    from ._sampler import ctx_slot_size
+    return ctx_slot_size()
+
+
+class InContext:
+    """The program, its perf events and its array mapped here, for the processes added (a process
+    tree shares one). `address` and `slots` are what Sampler.use_in_context takes. close() when no
+    sampler reads it."""
+
+    def __init__(self, rate_hz: float):
+        self.rate_hz = rate_hz
+        self._bpf = None
+        self._map: Optional[mmap.mmap] = None
+        self.address = 0
+        self.slots = CTX_SLOTS
+        self.pids: set = set()
+
+    def start(self) -> None:
+        check_available()
+        BPF = _import_bcc()
+        text = bpf_source("ctxslot.h") + "\n" + bpf_source("stack_in_context.c")
+        try:
+            self._bpf = compile_bpf(BPF, text, [f"-DCTX_SLOTS={CTX_SLOTS}"])
+            # a fixed period (cpu-clock counts ns), OVERSAMPLE reads per sampler tick: the sampler
+            # takes the newest read since a thread's last sample, and finds one at most ticks
+            period = max(1000, int(1e9 / (self.rate_hz * OVERSAMPLE)))
+            self._bpf.attach_perf_event(ev_type=PERF_TYPE_SOFTWARE, ev_config=PERF_COUNT_SW_CPU_CLOCK,
+                                        fn_name=b"on_cpu_clock", sample_period=period)
+        except Exception as e:  # bcc raises a bare Exception for a failed compile, load or attach
+            self.close()
+            raise EbpfUnavailable(f"the in-context reads did not load: "
+                                  f"{str(e).splitlines()[0] if str(e) else e}") from None
+        size = slot_size()
+        try:
+            fd = self._bpf["ctx_slots"].map_fd
+            self._map = mmap.mmap(fd, CTX_SLOTS * size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except (OSError, ValueError) as e:
+            self.close()
+            raise EbpfUnavailable(f"cannot map the in-context reads: {e}") from None
+        self.address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+
+    def add(self, pid: int, layout: dict) -> None:
+        """Threads of process `pid` (running the Ruby of `layout`, its row) are read in context from
+        now on (those its sampler asks for)."""
+        targets = self._bpf["ctx_targets"]
+        leaf = targets.Leaf()
+        for name in ("thread_ec", "ec_vm_stack", "ec_vm_stack_size", "ec_cfp", "cfp_sp"):
+            value = int(layout[name])
+            if name != "thread_ec" and (value % 8 or not 0 <= value < 64):
+                raise EbpfUnavailable(f"the layout's {name} ({value}) is not a word below 64 bytes")
+            setattr(leaf, name, value)
+        targets[targets.Key(pid)] = leaf
+        self.pids.add(pid)
+
+    def remove(self, pid: int) -> None:
+        if self._bpf is None or pid not in self.pids:
+            return
+        self.pids.discard(pid)
+        targets = self._bpf["ctx_targets"]
+        try:
+            del targets[targets.Key(pid)]
+        except KeyError:
+            pass
+
+    def close(self) -> None:
+        """Detach the program. No sampler may read the slots any more (the memory goes with it)."""
+        self.address = 0
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                pass        # a ctypes view is alive: the mapping goes with the process
+            self._map = None
+        if self._bpf is not None:
+            self._bpf.cleanup()
+            self._bpf = None
+
+
+_prep_lock = threading.Lock()
+_prep: Optional[dict] = None        # the compile prepare() started: its thread, rate and outcome
+
+
+def prepare(rate_hz: float) -> None:
+    """Start compiling the in-context reads now, in a thread of their own (at low priority, one
+    compile at a time), before any target is known: `record` calls this before it starts the
+    program, so that the reads are in when the program's registry appears. take() gets them."""
+    global _prep
+    with _prep_lock:
+        if _prep is not None:
+            return
+        st: dict = {"rate": rate_hz, "ic": None, "error": None}
+
+        def run() -> None:
+            ic = InContext(rate_hz)
+            try:
+                ic.start()
+                st["ic"] = ic
+            except EbpfUnavailable as e:
+                st["error"] = e
+            except Exception as e:      # the recording goes on without them, whatever happened here
+                st["error"] = EbpfUnavailable(f"{e.__class__.__name__}: {e}")
+
+        st["thread"] = threading.Thread(target=run, name="sdb-ebpf-in-context", daemon=True)
+        bpfload.COMPILE_THREADS.append(st["thread"])
+        _prep = st
+        st["thread"].start()
+
+
+def take(rate_hz: float) -> InContext:
+    """The in-context reads prepare() compiled (waiting for its compile to end), or compiled now.
+    Raises EbpfUnavailable when they cannot be had."""
+    global _prep
+    with _prep_lock:
+        st, _prep = _prep, None
+    if st is not None:
+        st["thread"].join()
+        if st["ic"] is not None and st["rate"] == rate_hz:
+            return st["ic"]
+        if st["ic"] is not None:
+            st["ic"].close()
+        elif st["error"] is not None:
+            raise st["error"]
+    ic = InContext(rate_hz)
+    ic.start()
+    return ic
