@@ -8,14 +8,14 @@ the ec's header and the top of the VM stack of a thread the sampler asked for, w
 it on that CPU, into the thread's slot of a BPF array mapped here (BPF_F_MMAPABLE,
 `bpf/ctxslot.h`). The sampler takes a thread's newest such read at its own tick
 (`Sampler.use_in_context`) and reads everything else from outside as before. The program only
-reads; it runs in the interrupt of the target's CPU (the cost: benchmarks/RESULTS.md, in_context).
+reads; it runs in the interrupt of the target's CPU (the cost: benchmarks/RESULTS.md, in_context_cost).
 
 The program knows no Ruby when compiled (each process's offsets are given when it is added), so
 `record` compiles it while the program boots (`prepare`, then `take` when the registry appears).
 Keyed by the kernel's tids: a target in another pid namespace (a container) is not read here
 (its registry holds its own tids).
 
-Alternatives weighed (benchmarks/RESULTS.md, in_context): keeping the stack at the first frame
+Alternatives weighed (benchmarks/RESULTS.md, real_check_spread): keeping the stack at the first frame
 pointer of a copy from outside, with a "(changed while read)" frame where the frames the thread left
 fail a check, halved the bias on sub-us calls but gave 12 % of asciidoctor's samples to that frame
 (C functions return within a copy), and stale frames of the same shape still passed the checks."""
@@ -32,7 +32,7 @@ from .bpfload import EbpfUnavailable, _import_bcc, bpf_source, check_available, 
 CTX_SLOTS = 128                     # slot = tid & (CTX_SLOTS - 1)
 PERF_TYPE_SOFTWARE = 0x1
 PERF_COUNT_SW_CPU_CLOCK = 0x0
-OVERSAMPLE = 2
+OVERSAMPLE = 1.07
 
 
 def slot_size() -> int:
@@ -61,7 +61,10 @@ class InContext:
         try:
             self._bpf = compile_bpf(BPF, text, [f"-DCTX_SLOTS={CTX_SLOTS}"])
             # a fixed period (cpu-clock counts ns), OVERSAMPLE reads per sampler tick: the sampler
-            # takes the newest read since a thread's last sample, and finds one at most ticks
+            # takes the newest read since a thread's last sample, and finds one at almost every
+            # tick (a tick finds none in ~1 of 1,000); each interrupt costs the app (2x: -2.7 %).
+            # Not a whole multiple of the rate: the reads drift across the ticks (and across a 1 ms
+            # timer in the app, such as stackprof's) instead of keeping one phase to them
             period = max(1000, int(1e9 / (self.rate_hz * OVERSAMPLE)))
             self._bpf.attach_perf_event(ev_type=PERF_TYPE_SOFTWARE, ev_config=PERF_COUNT_SW_CPU_CLOCK,
                                         fn_name=b"on_cpu_clock", sample_period=period)

@@ -1,5 +1,5 @@
-"""sdb against stackprof on real programs from Debian: rubocop over a fixed file set (activesupport
-6.1's lib, from Debian's ruby-activesupport) and asciidoctor converting a fixed book to HTML (written by
+"""sdb against stackprof on real programs from Debian: rubocop over a fixed file set (activesupport's
+and activerecord's lib, 6.1, from Debian's ruby-rails) and asciidoctor converting a fixed book to HTML (written by
 tests/support/asciidoc_book.py). Each program runs once under both profilers at once: stackprof
 (Debian's ruby-stackprof, wall, 1 ms, raw) inside the process (tests/programs/under_stackprof.rb),
 `sdb-sidecar record` outside it, so both see the same execution. Both are folded to one naming
@@ -11,11 +11,11 @@ previous one (`raw_timestamp_deltas`: when the process waits for a CPU, its time
 into one sample that stands for the whole wait), an sdb sample for the time since the thread's
 previous sample.
 
-Not in `make test` (`make real-check`): it fails on today's sampler in most runs where the program
-has a CPU of its own, because sdb's samples lean toward callers (a frame the thread leaves
-while its stack is copied is left out; a torn read is retried later): asciidoctor 0.24-0.72,
-rubocop 0.69-0.97 in runs without CPU hogs (docs/internals.md, "Names: full labels";
-benchmarks/RESULTS.md, real_check_spread)."""
+Both from the moment sdb took running stacks in context (eBPF: docs/internals.md, "In-context
+reads"): copied from outside, its samples lean toward callers. Not in `make test` yet
+(`make real-check`): about one run in four falls just under 0.9 (0.89-0.96), and some runs name a
+method without its class (its method entry gone before it was read): docs/internals.md, "Names:
+full labels"; benchmarks/RESULTS.md, real_check_spread."""
 from __future__ import annotations
 
 import collections
@@ -169,7 +169,7 @@ def test_rubocop_profile_agrees_with_stackprof(tmp_path):
 
 
 def test_asciidoctor_profile_agrees_with_stackprof(tmp_path):
-    # GIVEN asciidoctor converting a fixed 17 MB book to HTML (on stdout: `-o /dev/null` would only
+    # GIVEN asciidoctor converting a fixed 42 MB book to HTML (on stdout: `-o /dev/null` would only
     # parse it), profiled by sdb and stackprof at once
     book = tmp_path / "book.adoc"
     subprocess.run([sys.executable, str(REPO / "tests" / "support" / "asciidoc_book.py"), str(book),
