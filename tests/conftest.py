@@ -49,6 +49,16 @@ REGISTRY_PREFIX = "/dev/shm/sdb-"
 READY_TIMEOUT_S = 20.0
 
 
+def ebpf_missing() -> str:
+    """Why eBPF cannot be used here ("" when it can): the tests that need it are skipped with this."""
+    from sdb_sidecar.ebpf import EbpfUnavailable, check_available
+    try:
+        check_available()
+    except EbpfUnavailable as e:
+        return str(e)
+    return ""
+
+
 def registry_path(pid: int) -> str:
     return f"{REGISTRY_PREFIX}{pid}"
 

@@ -201,8 +201,10 @@ cdef class Reads:
                     runnable += 1
             if job.ec == 0:
                 job.result = R_GONE
-            elif job.ec != self.cache[job.slot].ec or not job.hdr_ok:
-                job.spec_ok = 0             # what phase 1 read was another ec's (or its header failed)
+            elif job.ec != self.cache[job.slot].ec or not job.hdr_ok or (job.ctx and job.state != STATE_RUNNING):
+                # what phase 1 read was another ec's (or its header failed); or an in-context read
+                # of a thread th->status now says is not running (Ruby 3.1: take_ctx)
+                job.spec_ok = 0
                 job.win_ok = 0
                 if job.ctx:                 # an in-context read of another ec (a fiber switched since)
                     job.ctx = 0
@@ -434,6 +436,11 @@ cdef class Reads:
             sdb_store_release_u64(&s.reg_tid, 0)
             sdb_store_release_u64(&s.reg_th, job.thread_addr)
             sdb_store_release_u64(&s.reg_tid, job.tid)
+            return 0
+        # the read is up to a tick older than the tick, whose state and span the sample takes: only
+        # for a thread running now (Ruby 3.1: checked again once th->status is read, in 1b) whose
+        # span is its last sample's (a span that began since may have begun after the read)
+        if (job.state != STATE_RUNNING and job.state != STATE_UNKNOWN) or job.span0 != c.last_span:
             return 0
         seq = sdb_load_acquire_u64(&s.seq)
         # written now; another thread's (sharing the slot); a read that faulted; one this thread's

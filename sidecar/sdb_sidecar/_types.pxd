@@ -217,3 +217,4 @@ cdef struct SlotCache:
     uint32_t nmemo
     uint32_t memo_cap
     uint64_t last_ns        # its last sample's time (an in-context read is taken only if newer)
+    uint64_t last_span      # the slot's span when its last sample was taken (take_ctx)

@@ -516,6 +516,7 @@ cdef class Walk(Reads):
         self.g.sample_len += 1
         self.total_samples += 1
         self.cache[job.slot].last_ns = now
+        self.cache[job.slot].last_span = job.span0
         if job.ctx:
             self.ctx_samples += 1
         return R_OK

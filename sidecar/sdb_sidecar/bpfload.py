@@ -4,11 +4,14 @@ this machine can run them at all, where the programs' sources are, and the compi
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
+import mmap
 import os
 import sys
 import threading
 from pathlib import Path
+from typing import Optional
 
 
 def bpf_source(name: str) -> str:
@@ -106,3 +109,50 @@ def check_available() -> None:
     if not os.path.exists(f"/lib/modules/{os.uname().release}/build"):
         raise EbpfUnavailable(f"no kernel headers for {os.uname().release} (/lib/modules/.../build)")
     _import_bcc()
+
+
+class MappedProgram:
+    """A loaded program whose BPF_F_MMAPABLE array is mapped into this process (its `address`, for
+    the sampler) and whose hash `TARGETS` (tgid -> ...) holds the processes it serves: the kernel
+    view and the in-context reads. close() when no sampler reads the array any more."""
+
+    TARGETS = "targets"
+    WHAT = "the program"
+
+    def __init__(self):
+        self._bpf = None
+        self._map: Optional[mmap.mmap] = None
+        self.address = 0
+        self.pids: set = set()
+
+    def _map_array(self, name: str, nbytes: int) -> None:
+        try:
+            fd = self._bpf[name].map_fd
+            self._map = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except (OSError, ValueError) as e:
+            self.close()
+            raise EbpfUnavailable(f"cannot map {self.WHAT}: {e}") from None
+        self.address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+
+    def remove(self, pid: int) -> None:
+        if self._bpf is None or pid not in self.pids:
+            return
+        self.pids.discard(pid)
+        targets = self._bpf[self.TARGETS]
+        try:
+            del targets[targets.Key(pid)]
+        except KeyError:
+            pass
+
+    def close(self) -> None:
+        """Detach the program. No sampler may read the array any more (the memory goes with it)."""
+        self.address = 0
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                pass        # a ctypes view is alive: the mapping goes with the process
+            self._map = None
+        if self._bpf is not None:
+            self._bpf.cleanup()
+            self._bpf = None

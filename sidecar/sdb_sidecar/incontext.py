@@ -21,13 +21,11 @@ fail a check, halved the bias on sub-us calls but gave 12 % of asciidoctor's sam
 (C functions return within a copy), and stale frames of the same shape still passed the checks."""
 from __future__ import annotations
 
-import ctypes
-import mmap
 import threading
 from typing import Optional
 
 from . import bpfload
-from .bpfload import EbpfUnavailable, _import_bcc, bpf_source, check_available, compile_bpf
+from .bpfload import EbpfUnavailable, MappedProgram, _import_bcc, bpf_source, check_available, compile_bpf
 
 CTX_SLOTS = 128                     # slot = tid & (CTX_SLOTS - 1)
 PERF_TYPE_SOFTWARE = 0x1
@@ -41,18 +39,18 @@ def slot_size() -> int:
     return ctx_slot_size()
 
 
-class InContext:
+class InContext(MappedProgram):
     """The program, its perf events and its array mapped here, for the processes added (a process
     tree shares one). `address` and `slots` are what Sampler.use_in_context takes. close() when no
     sampler reads it."""
 
+    TARGETS = "ctx_targets"
+    WHAT = "the in-context reads"
+
     def __init__(self, rate_hz: float):
+        super().__init__()
         self.rate_hz = rate_hz
-        self._bpf = None
-        self._map: Optional[mmap.mmap] = None
-        self.address = 0
         self.slots = CTX_SLOTS
-        self.pids: set = set()
 
     def start(self) -> None:
         check_available()
@@ -72,14 +70,7 @@ class InContext:
             self.close()
             raise EbpfUnavailable(f"the in-context reads did not load: "
                                   f"{str(e).splitlines()[0] if str(e) else e}") from None
-        size = slot_size()
-        try:
-            fd = self._bpf["ctx_slots"].map_fd
-            self._map = mmap.mmap(fd, CTX_SLOTS * size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except (OSError, ValueError) as e:
-            self.close()
-            raise EbpfUnavailable(f"cannot map the in-context reads: {e}") from None
-        self.address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+        self._map_array("ctx_slots", CTX_SLOTS * slot_size())
 
     def add(self, pid: int, layout: dict) -> None:
         """Threads of process `pid` (running the Ruby of `layout`, its row) are read in context from
@@ -93,29 +84,6 @@ class InContext:
             setattr(leaf, name, value)
         targets[targets.Key(pid)] = leaf
         self.pids.add(pid)
-
-    def remove(self, pid: int) -> None:
-        if self._bpf is None or pid not in self.pids:
-            return
-        self.pids.discard(pid)
-        targets = self._bpf["ctx_targets"]
-        try:
-            del targets[targets.Key(pid)]
-        except KeyError:
-            pass
-
-    def close(self) -> None:
-        """Detach the program. No sampler may read the slots any more (the memory goes with it)."""
-        self.address = 0
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:
-                pass        # a ctypes view is alive: the mapping goes with the process
-            self._map = None
-        if self._bpf is not None:
-            self._bpf.cleanup()
-            self._bpf = None
 
 
 _prep_lock = threading.Lock()

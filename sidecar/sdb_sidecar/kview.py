@@ -12,13 +12,11 @@ The offsets of task_struct.pid and .tgid come from the running kernel's BTF
 wrong ones."""
 from __future__ import annotations
 
-import ctypes
-import mmap
 import struct
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
-from .bpfload import EbpfUnavailable, _import_bcc, bpf_source, check_available, compile_bpf
+from .bpfload import EbpfUnavailable, MappedProgram, _import_bcc, bpf_source, check_available, compile_bpf
 
 BTF_PATH = "/sys/kernel/btf/vmlinux"
 KV_SLOTS = 1 << 16                 # slot = tid & (KV_SLOTS - 1); 8 bytes each: 512 KiB
@@ -83,16 +81,15 @@ def task_offsets(path: str = BTF_PATH) -> Tuple[int, int]:
     return found[b"pid"] // 8, found[b"tgid"] // 8
 
 
-class KernelView:
+class KernelView(MappedProgram):
     """The BPF program and its array mapped here, for the processes added (a process tree shares one).
     `address` and `slots` are what Sampler.use_kernel_view takes. close() when no sampler reads it."""
 
+    WHAT = "the kernel view"
+
     def __init__(self):
-        self._bpf = None
-        self._map: Optional[mmap.mmap] = None
-        self.address = 0
+        super().__init__()
         self.slots = KV_SLOTS
-        self.pids: set = set()
 
     def start(self) -> None:
         check_available()
@@ -104,39 +101,10 @@ class KernelView:
         except Exception as e:  # bcc raises a bare Exception for a failed compile, load or attach
             raise EbpfUnavailable(f"the kernel view did not load: {str(e).splitlines()[0] if str(e) else e}") \
                 from None
-        try:
-            fd = self._bpf["kview"].map_fd
-            self._map = mmap.mmap(fd, KV_SLOTS * KV_ENTRY, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except (OSError, ValueError) as e:
-            self.close()
-            raise EbpfUnavailable(f"cannot map the kernel view: {e}") from None
-        self.address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+        self._map_array("kview", KV_SLOTS * KV_ENTRY)
 
     def add(self, pid: int) -> None:
         """The view follows the threads of process `pid` from now on."""
         targets = self._bpf["targets"]
         targets[targets.Key(pid)] = targets.Leaf(1)
         self.pids.add(pid)
-
-    def remove(self, pid: int) -> None:
-        if self._bpf is None or pid not in self.pids:
-            return
-        self.pids.discard(pid)
-        targets = self._bpf["targets"]
-        try:
-            del targets[targets.Key(pid)]
-        except KeyError:
-            pass
-
-    def close(self) -> None:
-        """Detach the program. No sampler may read the view any more (the memory goes with it)."""
-        self.address = 0
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:
-                pass        # a ctypes view is alive: the mapping goes with the process
-            self._map = None
-        if self._bpf is not None:
-            self._bpf.cleanup()
-            self._bpf = None

@@ -14,8 +14,7 @@ import struct
 
 import pytest
 
-from conftest import read_trace, samples_so_far, wait_for
-from sdb_sidecar.ebpf import EbpfUnavailable, check_available
+from conftest import ebpf_missing, read_trace, samples_so_far, wait_for
 from sdb_sidecar._registry import Registry
 from sdb_symbolize.resolve import Resolver
 from sdb_symbolize.labels import LABELS_RUBY
@@ -27,14 +26,6 @@ MAGIC_MASK, MAGIC_CFUNC = 0x7fff0001, 0x55550001      # an env's frame magic (vm
 CALLER = {"Object#leaf_a": "Object#mid_a", "Object#mid_a": "Object#top_a", "Object#top_a": "Object#spin"}
 # a C function that calls nothing
 LEAVES = {"Kernel#instance_variable_defined?"}
-
-
-def ebpf_missing() -> str:
-    try:
-        check_available()
-    except EbpfUnavailable as e:
-        return str(e)
-    return ""
 
 
 @pytest.mark.parametrize("reads", ["from outside", pytest.param("in context", marks=pytest.mark.skipif(

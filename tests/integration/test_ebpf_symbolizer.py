@@ -2,24 +2,11 @@
 (source "ebpf", the event's time), with probes found in the target's own Ruby through its maps."""
 from __future__ import annotations
 
-import functools
 import json
 
 import pytest
 
-from conftest import ebpf_attached_so_far, read_trace, samples_so_far, wait_for
-
-from sdb_sidecar.ebpf import EbpfUnavailable, check_available
-
-
-@functools.lru_cache(maxsize=None)
-def ebpf_missing() -> str:
-    """Why eBPF cannot be used here ("" when it can)."""
-    try:
-        check_available()
-    except EbpfUnavailable as e:
-        return str(e)
-    return ""
+from conftest import ebpf_attached_so_far, ebpf_missing, read_trace, samples_so_far, wait_for
 
 
 pytestmark = pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")

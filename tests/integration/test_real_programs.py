@@ -27,20 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROGRAMS, REPO, SDB_GEM_HOME, SDB_RUBY, SIDECAR, ruby_env
+from conftest import ebpf_missing, PROGRAMS, REPO, ruby_env, SDB_GEM_HOME, SDB_RUBY, SIDECAR
 from profile_compare import compare_self, fold
 from sdb_symbolize.resolve import Resolver
 from sdb_symbolize.labels import LABELS_RUBY
-from sdb_sidecar.ebpf import EbpfUnavailable, check_available
 from sdb_trace import TraceReader, iter_samples, load_tables
-
-def ebpf_missing() -> str:
-    try:
-        check_available()
-    except EbpfUnavailable as e:
-        return str(e)
-    return ""
-
 
 # Debian's rubocop, asciidoctor and stackprof run on Debian's Ruby (3.1); sdb with eBPF (its
 # in-context reads: without them, running stacks copied from outside lean toward callers)

@@ -9,18 +9,9 @@ import sys
 
 import pytest
 
-from conftest import REPO, wait_for
-from sdb_sidecar.ebpf import EbpfUnavailable, check_available
+from conftest import ebpf_missing, REPO, wait_for
 
 pytestmark = pytest.mark.once
-
-
-def ebpf_missing() -> str:
-    try:
-        check_available()
-    except EbpfUnavailable as e:
-        return str(e)
-    return ""
 
 
 def run(cmd, **kw) -> subprocess.CompletedProcess:
