@@ -13,9 +13,9 @@ previous sample.
 
 Both from the moment sdb took running stacks in context (eBPF: docs/internals.md, "In-context
 reads"): copied from outside, its samples lean toward callers. Not in `make test` yet
-(`make real-check`): about one run in four falls just under 0.9 (0.89-0.96), and some runs name a
-method without its class (its method entry gone before it was read): docs/internals.md, "Names:
-full labels"; benchmarks/RESULTS.md, real_check_spread."""
+(`make real-check`): asciidoctor falls under 0.9 in about one run in three (0.87-0.97), and some
+runs name a method without its class (its method entry gone before it was read): docs/internals.md,
+"Names: full labels"; benchmarks/RESULTS.md, real_check_spread."""
 from __future__ import annotations
 
 import collections
