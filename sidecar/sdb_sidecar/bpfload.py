@@ -63,9 +63,9 @@ def compiling() -> bool:
     return any(t.is_alive() for t in COMPILE_THREADS)
 
 
-def compile_bpf(BPF, text: str, cflags: list):
-    """bcc's BPF(text, cflags), one compile at a time, at COMPILE_NICE."""
-    with COMPILE_LOCK, lowered_priority(COMPILE_NICE):
+def compile_bpf(BPF, text: str, cflags: list, nice: int = COMPILE_NICE):
+    """bcc's BPF(text, cflags), one compile at a time, at `nice` (COMPILE_NICE unless told)."""
+    with COMPILE_LOCK, lowered_priority(nice):
         return BPF(text=text, cflags=cflags)
 
 

@@ -57,7 +57,10 @@ class InContext(MappedProgram):
         BPF = _import_bcc()
         text = bpf_source("ctxslot.h") + "\n" + bpf_source("stack_in_context.c")
         try:
-            self._bpf = compile_bpf(BPF, text, [f"-DCTX_SLOTS={CTX_SLOTS}"])
+            # at the app's priority: ~0.35 s of CPU once. At COMPILE_NICE a CPU-bound app (puma
+            # workers under load on every core) left it ~10 % of a CPU, and a recording of a few
+            # seconds ended before it (and the symbolizer after it) was in
+            self._bpf = compile_bpf(BPF, text, [f"-DCTX_SLOTS={CTX_SLOTS}"], nice=0)
             # a fixed period (cpu-clock counts ns), OVERSAMPLE reads per sampler tick: the sampler
             # takes the newest read since a thread's last sample, and finds one at almost every
             # tick (a tick finds none in ~1 of 1,000); each interrupt costs the app (2x: -2.7 %).
