@@ -122,6 +122,7 @@ cdef class Reads:
 
     cdef int run_reqs(self) noexcept nogil
     cdef int take_ctx(self, Job *job) noexcept nogil
-    cdef void copy_ctx(self, Job *job) noexcept nogil
+    cdef int copy_ctx(self, Job *job) noexcept nogil
+    cdef void drop_ctx(self, Job *job, uint64_t lo_ns) noexcept nogil
     cdef int read_jobs(self, uint32_t first, uint32_t n) noexcept nogil
     cdef uint32_t state_from_status(self, Job *job) noexcept nogil

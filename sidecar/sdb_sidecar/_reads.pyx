@@ -132,23 +132,19 @@ cdef class Reads:
             job.need_hi = 0
             job.from_status = 0
             c = &self.cache[job.slot]
-            if self.take_ctx(job):
-                # its frames, header and window come from its in-context read (copy_ctx); only
-                # its ec (and, Ruby 3.1, its status) is read now: the ec must still be that read's
-                if job.state == STATE_UNKNOWN and self.th_len:
-                    self.add_req(job.thread_addr + self.th_lo, self.th_len, AREA_JOB_TH, 0, j, R_GONE)
-                else:
-                    self.add_req(job.ec_addr, 8, AREA_JOB_EC, 0, j, R_GONE)
-                job.spec_off = spec_total
-                spec_total += job.spec_len
-                job.win_off = win_total
-                win_total += job.win_hi - job.win_lo
-                continue
             if job.state == STATE_UNKNOWN and self.th_len:
                 # no state from the gem (Ruby 3.1): th->ec and th->status in one read
                 self.add_req(job.thread_addr + self.th_lo, self.th_len, AREA_JOB_TH, 0, j, R_GONE)
             else:
                 self.add_req(job.ec_addr, 8, AREA_JOB_EC, 0, j, R_GONE)
+            if self.take_ctx(job):
+                # its header, frames and window come from its in-context read (copy_ctx): only the
+                # read above is made, to see the thread is still on that read's ec
+                job.spec_off = spec_total
+                spec_total += job.spec_len
+                job.win_off = win_total
+                win_total += job.win_hi - job.win_lo
+                continue
             if c.ec != 0:
                 self.add_req(c.ec, EC_SPAN, AREA_JOB_HDR, 0, j, R_OK)
                 if c.stack_end != 0:
@@ -177,10 +173,8 @@ cdef class Reads:
         ep_total = win_total
         for j in range(first, first + n):
             job = &self.jobs[j]
-            if job.ctx:
-                self.copy_ctx(job)
-                if not job.ctx:             # rewritten while copied: read from outside, as any
-                    job.lo_ns = lo_ns
+            if job.ctx and not self.copy_ctx(job):
+                self.drop_ctx(job, lo_ns)   # rewritten while copied: read from outside, as any
         if self.run_reqs() != 0:
             return -1
         # 1b. the header of an ec that changed (a fiber switch, a new thread)
@@ -206,10 +200,8 @@ cdef class Reads:
                 # of a thread th->status now says is not running (Ruby 3.1: take_ctx)
                 job.spec_ok = 0
                 job.win_ok = 0
-                if job.ctx:                 # an in-context read of another ec (a fiber switched since)
-                    job.ctx = 0
-                    job.cfp2_ok = 0
-                    job.lo_ns = lo_ns
+                if job.ctx:                 # of another ec (a fiber switched since), or not running
+                    self.drop_ctx(job, lo_ns)
                 self.add_req(job.ec, EC_SPAN, AREA_JOB_HDR, 0, j, R_GONE)
         if self.batch.n and self.run_reqs() != 0:
             return -1
@@ -270,10 +262,8 @@ cdef class Reads:
                 job.spec_ok = 0
             if not job.spec_ok:
                 job.cfp2_ok = 0             # read before its frames: phase 3 reads it again
-                if job.ctx:                 # deeper than an in-context read holds: read from outside
-                    job.ctx = 0
-                    job.win_ok = 0
-                    job.lo_ns = lo_ns
+                if job.ctx:                 # an in-context read that lacks them (take_ctx takes only
+                    self.drop_ctx(job, lo_ns)   # whole stacks: this is a guard)
         if (grow(<void **>&self.rawbuf, &self.rawbuf_cap, raw_total + 64, 1) != 0
                 or grow(<void **>&self.raw, &self.raw_cap, frames_total + 1, sizeof(RawFrame)) != 0):
             return -1
@@ -425,7 +415,7 @@ cdef class Reads:
         while it ran: the job's header, frames and window are that read's (copy_ctx copies them once
         the buffers are grown), its time the read's. A thread not yet asked for is asked for here."""
         cdef sdb_ctx_slot *s
-        cdef uint64_t seq, cfp
+        cdef uint64_t seq, cfp, end
         cdef SlotCache *c = &self.cache[job.slot]
         job.ctx = 0
         if self.ctx == NULL or job.tid == 0 or job.thread_addr == 0:
@@ -450,6 +440,9 @@ cdef class Reads:
             return 0
         memcpy(job.hdr, s.hdr, EC_SPAN)
         cfp = u64_at(job.hdr, self.L.ec_cfp)
+        end = u64_at(job.hdr, self.L.ec_vm_stack) + 8 * u64_at(job.hdr, self.L.ec_vm_stack_size)
+        if end < cfp or end - cfp > s.nbytes:
+            return 0                        # a stack deeper than the read holds: read from outside
         job.ctx = 1
         job.ctx_slot = <void *>s
         job.ctx_seq = seq
@@ -463,22 +456,31 @@ cdef class Reads:
         job.read_ns = s.t_ns
         return 1
 
-    cdef void copy_ctx(self, Job *job) noexcept nogil:
-        """The in-context read's frames and window into the tick's buffers; job.ctx 0 when the program
-        rewrote the slot meanwhile (then nothing of it is used)."""
+    cdef int copy_ctx(self, Job *job) noexcept nogil:
+        """The in-context read's frames and window into the tick's buffers. 0 when the program
+        rewrote the slot meanwhile (then nothing of it may be used: drop_ctx)."""
         cdef sdb_ctx_slot *s = <sdb_ctx_slot *>job.ctx_slot
         memcpy(self.specbuf + job.spec_off, s.frames, job.spec_len)
         if job.win_hi > job.win_lo:
             memcpy(self.eparena + job.win_off, s.win, job.win_hi - job.win_lo)
         sdb_fence_acquire()
         if sdb_load_acquire_u64(&s.seq) != job.ctx_seq:
-            job.ctx = 0
-            job.hdr_ok = 0
-            return
+            return 0
         job.spec_ok = 1
         job.win_ok = job.win_hi > job.win_lo
         job.cfp2 = job.spec_lo
         job.cfp2_ok = 1
+        return 1
+
+    cdef void drop_ctx(self, Job *job, uint64_t lo_ns) noexcept nogil:
+        """Nothing of job's in-context read is used: its header, frames and window are read from
+        outside (1b reads the header again), and its time is the tick's."""
+        job.ctx = 0
+        job.hdr_ok = 0
+        job.spec_ok = 0
+        job.win_ok = 0
+        job.cfp2_ok = 0
+        job.lo_ns = lo_ns
 
     cdef uint32_t state_from_status(self, Job *job) noexcept nogil:
         """Ruby 3.1: the state th->status says (native/tstate.c); read_jobs asks the kernel which

@@ -25,18 +25,13 @@ import threading
 from typing import Optional
 
 from . import bpfload
+from ._sampler import ctx_slot_size
 from .bpfload import EbpfUnavailable, MappedProgram, _import_bcc, bpf_source, check_available, compile_bpf
 
 CTX_SLOTS = 128                     # slot = tid & (CTX_SLOTS - 1)
 PERF_TYPE_SOFTWARE = 0x1
 PERF_COUNT_SW_CPU_CLOCK = 0x0
 OVERSAMPLE = 1.07
-
-
-def slot_size() -> int:
-    """sizeof(struct sdb_ctx_slot), from the header's constants (checked against the sampler's)."""
-    from ._sampler import ctx_slot_size
-    return ctx_slot_size()
 
 
 class InContext(MappedProgram):
@@ -73,7 +68,7 @@ class InContext(MappedProgram):
             self.close()
             raise EbpfUnavailable(f"the in-context reads did not load: "
                                   f"{str(e).splitlines()[0] if str(e) else e}") from None
-        self._map_array("ctx_slots", CTX_SLOTS * slot_size())
+        self._map_array("ctx_slots", CTX_SLOTS * ctx_slot_size())   # the sampler's sizeof
 
     def add(self, pid: int, layout: dict) -> None:
         """Threads of process `pid` (running the Ruby of `layout`, its row) are read in context from

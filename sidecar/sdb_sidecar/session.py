@@ -111,11 +111,7 @@ class EbpfHub:
         once it is in. A process that joins later is attached as it joins."""
         target = first.target
         sym = kv = None
-        if first.opts.in_context:
-            self._compile_in_context(first)
-        else:
-            with self._lock:
-                self._ctx_done = True
+        self._compile_in_context(first)
         try:
             sym = EbpfSymbolizer(target.pid, target.registry.layout, self.max_rate,
                                  on_pause=first.sampler.forget_iseqs)
@@ -145,48 +141,43 @@ class EbpfHub:
                                      f"procfs\n")
             except Exception:
                 kv = None           # procfs tells the sampler which threads ran, as before the view came
-        with self._lock:
-            self._done = True
-            if self._closed:
-                if kv is not None:
-                    kv.close()
-                return
-            self.kernel_view = kv
-            sessions = list(self._sessions)
-        for s in sessions:
-            self._attach_kernel_view(s)
+        self._publish("kernel_view", "_done", kv, self._attach_kernel_view)
+
     def _compile_in_context(self, first: "Session") -> None:
-        """The in-context reads (incontext.py), compiled after the symbolizer (bcc compiles one
-        program at a time: bpfload.COMPILE_LOCK), attached for every process joined so far; a
-        process that joins later is attached as it joins."""
-        target = first.target
+        """The in-context reads (incontext.py; compiled already when `record` prepared them), unless
+        opts say not to or there is no eBPF at all (the symbolizer's notice says why, once)."""
         ic = None
         try:
             bpfload.check_available()
+            wanted = first.opts.in_context
         except EbpfUnavailable:
-            with self._lock:            # no eBPF at all: the symbolizer's notice says why, once
-                self._ctx_done = True
-            return
-        try:
-            ic = incontext.take(first.opts.rate_hz)
-        except EbpfUnavailable as e:
-            ic = None
-            if not exiting(target.pid) and not self._closed:
-                sys.stderr.write(f"sdb: notice: no in-context reads ({e}); running threads' stacks are "
-                                 f"copied from outside, and calls shorter than a copy lose samples to "
-                                 f"their callers\n")
-        except Exception:
-            ic = None
+            wanted = False
+        if wanted:
+            try:
+                ic = incontext.take(first.opts.rate_hz)
+            except EbpfUnavailable as e:
+                if not exiting(first.target.pid) and not self._closed:
+                    sys.stderr.write(f"sdb: notice: no in-context reads ({e}); running threads' stacks are "
+                                     f"copied from outside, and calls shorter than a copy lose samples to "
+                                     f"their callers\n")
+            except Exception:
+                pass                # copied from outside, as before they came
+        self._publish("in_context", "_ctx_done", ic, self._attach_in_context)
+
+    def _publish(self, attr: str, done: str, program, attach) -> None:
+        """A compile is over (flag `done`): its program (or None) becomes the hub's `attr` and is
+        attached for every process joined so far (a later one is attached as it joins); one that
+        came after the recording ended is closed."""
         with self._lock:
-            self._ctx_done = True
+            setattr(self, done, True)
             if self._closed:
-                if ic is not None:
-                    ic.close()
+                if program is not None:
+                    program.close()
                 return
-            self.in_context = ic
+            setattr(self, attr, program)
             sessions = list(self._sessions)
         for s in sessions:
-            self._attach_in_context(s)
+            attach(s)
 
     def _notice(self, session: "Session", why: str) -> None:
         # a program that is over (or a recording that ended) needs no eBPF: nothing to say
