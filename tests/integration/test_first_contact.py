@@ -40,6 +40,24 @@ def unnamed_samples(trace_path, start_ns: int = 0, end_ns: int = 1 << 63) -> lis
     return out
 
 
+def unnamed_story(trace) -> dict:
+    """What a failure needs to say why a frame went unnamed: when eBPF and the in-context reads came
+    (seconds from the trace's start), the names written without one (their source and time), the end
+    record's counts."""
+    h = trace.header["start_mono_ns"]
+    rel = lambda ns: round((ns - h) / 1e9, 4)       # noqa: E731
+    return {"ebpf_attached": [rel(r["at_ns"]) for r in trace.records if r["t"] == "ebpf_attached"],
+            "pauses": [(r["t"], rel(r["at_ns"])) for r in trace.records if r["t"] in ("ebpf_pause", "ebpf_resume")],
+            "in_context_since": rel(trace.end.get("in_context_since_ns") or h),
+            "unknown_iseqs": [(hex(r["addr"]), r.get("source"), rel(r["at_ns"])) for r in trace.records
+                              if r["t"] == "iseq" and r.get("label") == "(unknown)"],
+            "unnamed_methods": [(hex(r["me"]), r.get("source"), rel(r.get("at_ns", h))) for r in trace.records
+                                if r["t"] == "method" and not r.get("name")],
+            "end": {k: trace.end.get(k) for k in ("unnamed", "symbol_errors", "names_superseded", "names_unproven",
+                                                   "torn", "in_context", "samples", "reason")},
+            "end_s": rel(trace.end["at_ns"])}
+
+
 @pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")
 def test_record_samples_a_one_second_program_from_its_start_every_frame_named(tmp_path):
     # GIVEN a program that works one second, recorded with eBPF on (bcc's compile alone takes ~1 s)
@@ -61,7 +79,7 @@ def test_record_samples_a_one_second_program_from_its_start_every_frame_named(tm
     assert len(ours) >= 0.9 * expected, (len(ours), expected, trace.end)
     # AND every frame of every sample taken while it ran is named (what it calls after its last line,
     # on its way out, may be gone before it can be read: the end record counts it)
-    assert unnamed_samples(trace.path, start, end) == []
+    assert unnamed_samples(trace.path, start, end) == [], unnamed_story(trace)
     assert set(trace.end["unnamed"]) == {"iseqs", "methods"}
 
 
@@ -82,7 +100,7 @@ def test_short_recordings_name_every_frame(tmp_path, ruby_target, sidecar_proces
     for path, window in ((trace.path, (start, end)), (attached, (0, 1 << 63))):
         t = read_trace(path)
         assert t.end["samples"] > 0
-        assert unnamed_samples(path, *window) == [], path
+        assert unnamed_samples(path, *window) == [], (path, unnamed_story(read_trace(path)))
         if path == attached:
             assert t.end["unnamed"] == {"iseqs": 0, "methods": 0}, t.end
         labels = {lbl for row in t.stack_labels for lbl in row if lbl}
