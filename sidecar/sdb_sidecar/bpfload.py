@@ -28,26 +28,47 @@ def bpf_source(name: str) -> str:
 # booting on the same cores. At this niceness the app's threads (nice 0) get ~10x its share when
 # they compete; on an idle core it runs as fast. Sampling does not wait for it (session.EbpfHub).
 COMPILE_NICE = 10
+# ... but not for ever: an app that keeps every core busy (puma workers under load, a CPU-bound
+# tree) leaves a nice-10 compile ~10 % of a CPU, and a recording of a few seconds ended before its
+# names came. A compile still running after this long (wall time) goes on at the app's priority.
+COMPILE_PATIENCE_S = 2.0
 
 
 @contextlib.contextmanager
-def lowered_priority(nice: int):
+def lowered_priority(nice: int, patience_s: Optional[float] = None):
     """This thread alone (Linux: a thread's own niceness) at `nice` or lower priority, then back
-    (raising it back needs CAP_SYS_NICE, which eBPF's root has; without it the thread stays nicer)."""
+    (raising it back needs CAP_SYS_NICE, which eBPF's root has; without it the thread stays nicer).
+    patience_s: if the block still runs after that many seconds, the thread is put back to its own
+    priority from then on (a timer thread does it)."""
     tid = threading.get_native_id()
     try:
         old = os.getpriority(os.PRIO_PROCESS, tid)
         os.setpriority(os.PRIO_PROCESS, tid, max(old, nice))
     except OSError:
         old = None
+    lock, over = threading.Lock(), [False]
+
+    def restore():
+        with lock:
+            if not over[0]:
+                over[0] = True
+                try:
+                    os.setpriority(os.PRIO_PROCESS, tid, old)
+                except OSError:
+                    pass
+    timer = None
+    if old is not None and patience_s is not None and max(old, nice) != old:
+        timer = threading.Timer(patience_s, restore)
+        timer.name = "sdb-compile-patience"
+        timer.daemon = True
+        timer.start()
     try:
         yield
     finally:
+        if timer is not None:
+            timer.cancel()
         if old is not None:
-            try:
-                os.setpriority(os.PRIO_PROCESS, tid, old)
-            except OSError:
-                pass
+            restore()
 
 
 # bcc's compile (clang, LLVM) is not safe to run in two threads at once: two programs compiled
@@ -63,9 +84,10 @@ def compiling() -> bool:
     return any(t.is_alive() for t in COMPILE_THREADS)
 
 
-def compile_bpf(BPF, text: str, cflags: list, nice: int = COMPILE_NICE):
-    """bcc's BPF(text, cflags), one compile at a time, at `nice` (COMPILE_NICE unless told)."""
-    with COMPILE_LOCK, lowered_priority(nice):
+def compile_bpf(BPF, text: str, cflags: list, nice: int = COMPILE_NICE, patience_s: float = COMPILE_PATIENCE_S):
+    """bcc's BPF(text, cflags), one compile at a time, at `nice` (COMPILE_NICE unless told) for its
+    first patience_s seconds, at this thread's own priority after."""
+    with COMPILE_LOCK, lowered_priority(nice, patience_s):
         return BPF(text=text, cflags=cflags)
 
 

@@ -107,6 +107,7 @@ def record(target: Target, out_path: str, opts: Options, status_stream=None, on_
         for s, h in old.items():
             signal.signal(s, h)
         raise write_failed(files.current, tree.writer, tree.error)
+    crash = tree.crash()
     if tree.stalled:
         d = opts.duration_s
         sys.stderr.write(f"sdb: warning: the sampler thread did not stop {d + 2 * STALL_GRACE_S:.0f} s "
@@ -123,9 +124,24 @@ def record(target: Target, out_path: str, opts: Options, status_stream=None, on_
     for s, h in old.items():
         signal.signal(s, h)
     status.finish()
+    if crash is not None:
+        raise crashed(crash, files.current)
     if counts["reason"] == "permission":
         raise permission_error(target.pid, PermissionError(1, "Operation not permitted"))
     return counts
+
+
+def crashed(crash, path: str) -> SdbError:
+    """The one line for a defect of sdb's that ended a process's recording (where it was raised, for
+    the report), once the trace is closed with everything written before it."""
+    pid, e = crash
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = f" at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}" if tb is not None else ""
+    return SdbError(f"internal error while recording process {pid}: {type(e).__name__}: {e}{where}; {path} "
+                    f"holds what was recorded until then (its end record's reason: error). This is a bug "
+                    f"in sdb: please report this line", Exit.FAILED)
 
 
 class ProcessRecording:
@@ -146,6 +162,7 @@ class ProcessRecording:
         self.switched = threading.Event()
         self.cut_counts: Optional[dict] = None            # its counts at its last cut (rotation)
         self.base: Optional[dict] = None                  # its counts when the file being written began
+        self.crash: Optional[BaseException] = None        # what ended its thread, if sdb failed
 
     def _run(self) -> None:
         s = self.session
@@ -159,9 +176,11 @@ class ProcessRecording:
         except TraceWriteError as e:
             self.tree.failed(e)
             s.abort()
-        except BaseException:
+        except BaseException as e:
+            # a defect of sdb's (nothing the target can cause should get here): this process's
+            # recording ends, what it wrote stays, and `record` exits with Exit.FAILED at the end
             s.abort()
-            raise
+            self.crash = e
         finally:
             try:
                 s.close()
@@ -170,6 +189,8 @@ class ProcessRecording:
                 self.final_stats = s.sampler.stats()
                 if self.stopped and self.counts["reason"] in ("stopped", "duration"):
                     self.counts["reason"] = "stopped"
+                if self.crash is not None:
+                    self.counts["reason"] = "error"
                 try:
                     with self.tree.writer.lock:
                         self.tree.writer.process_end(self.proc, **self.counts)
@@ -253,6 +274,7 @@ class Tree:
         self.left_out = 0                                # processes of the tree that run the gem, not recorded
         self.too_short = 0                               # Ruby processes of the tree gone before they could be
         self.error: Optional[TraceWriteError] = None
+        self.crashes: list = []                          # (pid, exception) of recordings let go (rotation)
         self.interrupted = False
         self.start_ns = writer.start_mono_ns
         self._lock = threading.Lock()
@@ -474,6 +496,8 @@ class Tree:
         done = [pr for pr in self.by_proc[1:] if pr.counts is not None and pr.base is pr.counts]
         for pr in done:
             self.by_proc.remove(pr)
+            if pr.crash is not None:
+                self.crashes.append((pr.target.pid, pr.crash))
         self.gone = summed(self.gone, [pr.counts for pr in done])
         old_out.close()
         self.file_start = time.monotonic()
@@ -535,6 +559,12 @@ class Tree:
                 pr.session.abort()
         if self.hub is not None:
             self.hub.close()
+
+    def crash(self):
+        """(pid, exception) of the first process whose recording a defect of sdb's ended, or None."""
+        if self.crashes:
+            return self.crashes[0]
+        return next(((pr.target.pid, pr.crash) for pr in self.by_proc if pr.crash is not None), None)
 
     @property
     def stalled(self) -> bool:

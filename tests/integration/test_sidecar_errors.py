@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import struct
 import subprocess
+import sys
 
 import pytest
 
-from conftest import assert_one_error_line, read_registry, registry_path, run_sidecar
+from conftest import (PROGRAMS, assert_one_error_line, read_registry, read_trace, registry_path, ruby_cmd, ruby_env,
+                      run_sidecar)
 
 NO_SUCH_PROCESS, NOT_RUBY, NO_GEM, FOREIGN_REGISTRY, REGISTRY_FORMAT, OUTPUT, GEM_DISABLED = 3, 4, 5, 6, 7, 8, 10
 NOBODY = 65534
@@ -133,3 +135,45 @@ def test_gem_disabled_by_force_layout_exits_10_with_the_gems_reason(ruby_target,
     assert gem_warning, target.stderr()
     assert gem_warning[0][len("sdb: "):] in line
     assert not (tmp_path / "t.msgpack").exists()
+
+
+# a sidecar whose Drainer fails at its 4th drain, as a defect of sdb's would: the sidecar as users run
+# it, with that one method replaced
+FAILING_DRAIN = """
+import sys
+from sdb_sidecar import drainer
+drain, calls = drainer.Drainer.drain, []
+def failing(self, *a, **k):
+    calls.append(1)
+    if len(calls) == 4:
+        raise RuntimeError("drain failed on purpose")
+    return drain(self, *a, **k)
+drainer.Drainer.drain = failing
+from sdb_sidecar.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("command", ["attach", "record"])
+def test_a_defect_in_a_recording_thread_exits_1_with_one_line_and_keeps_the_trace(ruby_target, tmp_path, command):
+    # GIVEN a recording whose process thread raises at its 4th drain (a bug of sdb's): of a running
+    # program (attach), or of one `record` runs for 3 s
+    out = tmp_path / "t.msgpack"
+    options = ["-o", str(out), "--quiet", "--no-ebpf"]
+    if command == "attach":
+        target = ruby_target("short_work.rb", "each", "wait")
+        argv = ["attach", "--pid", str(target.pid), "-d", "30", *options]
+    else:
+        argv = ["record", *options, "--", *ruby_cmd(PROGRAMS / "short_work.rb", "each", "3")]
+    result = subprocess.run([sys.executable, "-c", FAILING_DRAIN, *argv], capture_output=True, text=True,
+                            timeout=120, cwd=str(tmp_path), env=ruby_env(), stdin=subprocess.DEVNULL)
+    # THEN it ends with exit 1 (`record`: once the program is over) and one line that says what failed,
+    # where, and that the trace holds what came before
+    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
+    line = assert_one_error_line(result, "sdb-sidecar")
+    assert "internal error" in line and "drain failed on purpose" in line and str(out) in line, line
+    assert "drainer.py" not in line and "<string>:" in line, line      # where it was raised: the replaced method
+    # AND the trace is whole: its end record says why it ended, and the samples drained before are in it
+    t = read_trace(out)
+    assert t.end is not None and t.end["reason"] == "error", t.end
+    assert len(t.samples) > 0
