@@ -20,7 +20,7 @@ GEM_SOURCES := $(wildcard gem/ext/sdb/*.c gem/ext/sdb/*.h gem/ext/sdb/*.rb gem/l
 help:
 	@echo "make demo    - set up, record the example app, print its top stacks"
 	@echo "make test    - set up, run the test suite"
-	@echo "make real-check - sdb beside stackprof on rubocop and asciidoctor (fails today: sdb leans toward callers)"
+	@echo "make real-check - sdb beside Ruby's own frames and stackprof on rubocop and asciidoctor (also in make test)"
 	@echo "make bench   - run the benchmarks (writes benchmarks/results/)"
 	@echo "make rubies  - build the Rubies under test (cached in /var/cache/sdb) and install the gem in each"
 	@echo "make layouts - regenerate gem/ext/sdb/sdb_layouts.h from the Rubies' source trees (scripts/gen-layouts)"
@@ -87,8 +87,8 @@ check-ruby-build-env:
 	scripts/rubies --check-make-env
 
 # The gem's own tests, then the suite on every Ruby (on those with YJIT, again with --yjit); tests
-# marked `once` (outputs, commands, the benchmark smoke run: nothing Ruby-version-specific) run once,
-# with Debian's Ruby.
+# marked `once` (outputs, commands, the benchmark smoke run, the real-program check on Debian's
+# rubocop and asciidoctor: nothing Ruby-version-specific) run once, with Debian's Ruby.
 test: setup rubies $(STAMPS)/npm
 	@set -e; while read -r version ruby; do \
 	  echo "== gem tests, Ruby $$version ($$ruby)"; \
@@ -96,15 +96,15 @@ test: setup rubies $(STAMPS)/npm
 	  for args in "" "--yjit"; do \
 	    if [ -n "$$args" ] && ! $$ruby --yjit -e 'exit(defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled? ? 0 : 1)' 2>/dev/null; then continue; fi; \
 	    echo "== suite, Ruby $$version $$args"; \
-	    SDB_RUBY=$$ruby SDB_RUBY_ARGS="$$args" SDB_GEM_HOME= $(PY) -m pytest -q -rs -m "not once and not real_check" tests </dev/null; \
+	    SDB_RUBY=$$ruby SDB_RUBY_ARGS="$$args" SDB_GEM_HOME= $(PY) -m pytest -q -rs -m "not once" tests </dev/null; \
 	  done; \
 	done < $(RUBIES_LIST)
 	@echo "== suite, Ruby-independent tests (once, Debian's Ruby)"
-	SDB_RUBY=$(RUBY) SDB_GEM_HOME= $(PY) -m pytest -q -rs -m "once and not real_check" tests </dev/null
+	SDB_RUBY=$(RUBY) SDB_GEM_HOME= $(PY) -m pytest -q -rs -m once tests </dev/null
 
-# sdb beside stackprof on real programs (tests marked real_check; ~25 s, ~1 min on a busy machine). Not
-# in `make test` while it fails: when the program runs without waiting for a CPU, sdb's samples lean
-# toward callers (rank correlation 0.24-0.97 against the 0.9 it asks; tests/integration/test_real_programs.py).
+# The real-program check alone (tests marked real_check, also in `make test`: ~1 min, ~2 on a busy
+# machine): sdb beside Ruby's own frames and stackprof on rubocop and asciidoctor
+# (tests/integration/test_real_programs.py).
 real-check: setup
 	SDB_RUBY=$(RUBY) SDB_GEM_HOME= $(PY) -m pytest -q -rs -m real_check tests </dev/null
 

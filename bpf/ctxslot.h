@@ -25,6 +25,9 @@ struct sdb_ctx_slot {
     unsigned long long nbytes;          /* bytes of control frames from ec->cfp in frames (0: none) */
     unsigned long long win_lo;          /* win holds win_len bytes of the VM stack from win_lo */
     unsigned long long win_len;
+    unsigned long long gc_ok;           /* 1: the two words below were read with the stack */
+    unsigned long long gc_word;         /* the GC word then: the gem's gc_active (3.3+), objspace->flags (3.1) */
+    unsigned long long running_ec;      /* 3.1: the ec that last took the GVL then (else 0) */
     unsigned long long pad;
     unsigned char hdr[SDB_CTX_HDR_BYTES];
     unsigned char frames[SDB_CTX_FRAME_BYTES];

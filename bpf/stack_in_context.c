@@ -25,6 +25,8 @@ struct ctx_target {                     /* from the process's layout row */
     u64 ec_vm_stack_size;
     u64 ec_cfp;
     u64 cfp_sp;                         /* rb_control_frame_t.sp */
+    u64 gc_addr;                        /* the process's GC word (4 bytes), 0: none */
+    u64 running_ec_addr;                /* 3.1: &running_ec (8 bytes), 0: none */
 };
 
 BPF_F_TABLE("array", u32, struct sdb_ctx_slot, ctx_slots, CTX_SLOTS, BPF_F_MMAPABLE);
@@ -50,6 +52,20 @@ int on_cpu_clock(struct bpf_perf_event_data *ctx)
     s->t_ns = bpf_ktime_get_ns();
     s->nbytes = 0;
     s->win_len = 0;
+    /* whether the VM is in GC, at this moment: the tick's own read of it comes up to a tick later,
+     * and gave GC's time to whatever allocated (and others' to GC) */
+    s->gc_ok = 0;
+    s->gc_word = 0;
+    s->running_ec = 0;
+    if (t->gc_addr) {
+        u32 w = 0;
+        if (bpf_probe_read_user(&w, sizeof(w), (void *)t->gc_addr) == 0) {
+            s->gc_word = w;
+            s->gc_ok = 1;
+        }
+        if (t->running_ec_addr && bpf_probe_read_user(&s->running_ec, 8, (void *)t->running_ec_addr) != 0)
+            s->gc_ok = 0;
+    }
     /* word offsets below 64 (incontext.py checks them): masked, the verifier sees their bounds */
     o_vs = t->ec_vm_stack & 0x38;
     o_size = t->ec_vm_stack_size & 0x38;

@@ -59,6 +59,27 @@ def ebpf_missing() -> str:
     return ""
 
 
+def kernel_view_missing() -> str:
+    """Why the kernel view (Ruby 3.1's thread states from eBPF) cannot be used here ("" when it can):
+    eBPF, and the kernel's BTF."""
+    from sdb_sidecar.kview import BTF_PATH
+    if ebpf_missing():
+        return ebpf_missing()
+    return "" if os.path.exists(BTF_PATH) else f"no kernel BTF at {BTF_PATH}"
+
+
+def ruby_version() -> tuple:
+    """(major, minor) of the Ruby under test."""
+    out = subprocess.run([SDB_RUBY, "-e", "print RUBY_VERSION"], capture_output=True, text=True, timeout=60).stdout
+    return tuple(int(x) for x in out.split(".")[:2])
+
+
+def uses_kernel_view() -> bool:
+    """A recording with eBPF here takes thread states from the kernel view: Ruby 3.1 (the gem keeps
+    them from 3.2 on) on a machine that can run it. It comes after the symbolizer (EbpfHub)."""
+    return ruby_version() < (3, 2) and not kernel_view_missing()
+
+
 def registry_path(pid: int) -> str:
     return f"{REGISTRY_PREFIX}{pid}"
 
@@ -372,6 +393,18 @@ def ebpf_attached_so_far(path) -> bool:
     """The trace still being written says the eBPF symbolizer is attached (its ebpf_attached record)."""
     from sdb_trace import has_record
     return has_record(str(path), "ebpf_attached")
+
+
+def kernel_view_so_far(path) -> bool:
+    """The trace still being written says the kernel view is in (its kernel_view record)."""
+    from sdb_trace import has_record
+    return has_record(str(path), "kernel_view")
+
+
+def ebpf_all_in_so_far(path) -> bool:
+    """Every eBPF program a recording here uses is in: the symbolizer, and on Ruby 3.1 the kernel
+    view, which the hub compiles after it (the in-context reads come before both)."""
+    return ebpf_attached_so_far(path) and (not uses_kernel_view() or kernel_view_so_far(path))
 
 
 def samples_so_far(path) -> int:

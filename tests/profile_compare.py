@@ -46,11 +46,14 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 @dataclass
 class Comparison:
+    # (the names below say stackprof and sdb: the reference profile and the one compared with it)
     rho: float                      # Spearman over stackprof's top labels, their shares in each profile
     top: List[str]                  # stackprof's top labels, most first
     shares: Dict[str, Tuple[float, float]]      # label -> (stackprof %, sdb %)
     # (sdb's label, its sdb %, stackprof's label): a method sdb names bare where stackprof has its class
     unqualified: List[Tuple[str, float, str]] = field(default_factory=list)
+    ref_name: str = "stackprof"
+    other: str = "sdb"
 
     def table(self) -> str:
         return "\n".join(f"{self.shares[n][0]:6.2f} {self.shares[n][1]:6.2f}  {n}" for n in self.top)
@@ -59,14 +62,15 @@ class Comparison:
         """What fails: an empty list when the two profiles agree."""
         out = []
         if self.rho < min_rho:
-            out.append(f"Spearman {self.rho:.3f} < {min_rho} over stackprof's top {len(self.top)} self "
-                       f"functions (stackprof %, sdb %):\n{self.table()}")
-        out += [f"sdb says {sdb!r} ({pct:.2f} % of its time) where stackprof says {sp!r}"
+            out.append(f"Spearman {self.rho:.3f} < {min_rho} over {self.ref_name}'s top {len(self.top)} self "
+                       f"functions ({self.ref_name} %, {self.other} %):\n{self.table()}")
+        out += [f"{self.other} says {sdb!r} ({pct:.2f} % of its time) where {self.ref_name} says {sp!r}"
                 for sdb, pct, sp in self.unqualified]
         return out
 
 
-def compare_self(stackprof: Mapping[str, float], sdb: Mapping[str, float], top: int = TOP) -> Comparison:
+def compare_self(stackprof: Mapping[str, float], sdb: Mapping[str, float], top: int = TOP,
+                 ref_name: str = "stackprof", other: str = "sdb") -> Comparison:
     """stackprof's and sdb's self time per label (any unit: each is made shares of its own total).
     rho: over stackprof's `top` labels; unqualified: every label of sdb's that is a method's bare
     name where stackprof gives the method with its class (`convert` for `Html5Converter#convert`)."""
@@ -78,4 +82,4 @@ def compare_self(stackprof: Mapping[str, float], sdb: Mapping[str, float], top: 
     qualified = {n.rsplit(sep, 1)[1]: n for n in stackprof for sep in ("#", ".") if sep in n}
     unqualified = [(n, 100 * t / n_sd, qualified[n]) for n, t in collections.Counter(sdb).most_common()
                    if n in qualified]
-    return Comparison(rho, names, shares, unqualified)
+    return Comparison(rho, names, shares, unqualified, ref_name, other)

@@ -19,6 +19,9 @@ cdef extern from "ctxslot.h" nogil:
         uint64_t nbytes
         uint64_t win_lo
         uint64_t win_len
+        uint64_t gc_ok
+        uint64_t gc_word
+        uint64_t running_ec
         uint8_t hdr[64]
         uint8_t frames[1]
         uint8_t win[1]

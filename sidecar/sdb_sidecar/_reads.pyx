@@ -446,6 +446,9 @@ cdef class Reads:
         job.ctx = 1
         job.ctx_slot = <void *>s
         job.ctx_seq = seq
+        job.ctx_gc_ok = <uint32_t>s.gc_ok          # (copy_ctx checks seq after these too)
+        job.ctx_gc_word = <uint32_t>s.gc_word
+        job.ctx_running_ec = s.running_ec
         job.hdr_ok = 1
         c.ec = s.ec                         # phase 1's ec word must be this one (1b)
         job.spec_lo = cfp

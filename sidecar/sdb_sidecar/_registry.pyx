@@ -104,6 +104,11 @@ cdef class Registry:
         self.checked = 1
 
     @property
+    def gc_active_offset(self):
+        """Where the header's gc_active word is in the file (the gem's GC hook keeps it, 3.3+)."""
+        return <size_t>(<const uint8_t *>&self.hdr.gc_active - self.base)
+
+    @property
     def layout(self):
         """The layout facts the gem published (struct sdb_layout as a dict)."""
         return self.hdr.layout

@@ -82,6 +82,7 @@ cdef struct IseqEnt:
     uint32_t locals      # local_table_size: a method frame's env sits at its caller's sp + locals + 3
     uint32_t type        # ISEQ_TYPE_*, when the row has local_table_size (else TYPE_UNREAD)
     uint64_t read_ns     # the copy window (job.lo_ns) of the sample whose check last read it
+    uint64_t local_iseq  # body.local_iseq: itself for a method, its method's for a block (0: not read)
 
 cdef struct FrameEnt:
     uint64_t iseq
@@ -124,11 +125,11 @@ cdef struct MeMemo:         # a Ruby frame's method entry as found last time, ro
     uint64_t iseq
     uint64_t me
 
-cdef struct TypeEnt:        # what a cref_or_me value is (first sight read, then cached)
+cdef struct TypeEnt:        # a method entry seen in a frame (first sight read, then kept)
     uint64_t addr           # the value: the key in the intern table (first, as sdb_intern_find_u64 wants)
-    uint64_t inner          # svar: its cref_or_me
-    uint32_t type           # IMEMO_*
-    uint32_t pad
+    uint64_t inner          # the ISeq of its definition (an ISeq method), once def_read
+    uint32_t type           # IMEMO_* (imemo_ment: the only kind kept)
+    uint32_t def_read       # inner holds the definition's ISeq (0: not an ISeq method)
 
 cdef struct Job:            # one thread being read in this tick
     uint32_t slot
@@ -176,6 +177,9 @@ cdef struct Job:            # one thread being read in this tick
     uint32_t ctx            # 1: its ec header, frames and window are an in-context read's (take_ctx)
     void *ctx_slot          #   that read's slot (sdb_ctx_slot), and its seq when taken
     uint64_t ctx_seq
+    uint32_t ctx_gc_ok      #   that read's GC words were read (ctxslot.h)
+    uint32_t ctx_gc_word
+    uint64_t ctx_running_ec
 
 cdef struct Cluster:        # a span of ep words read with one iovec
     uint64_t lo

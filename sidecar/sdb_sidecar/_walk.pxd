@@ -18,7 +18,7 @@ cdef class Walk(Reads):
     cdef uint32_t *arena
     cdef uint64_t arena_cap, arena_len
     cdef sdb_intern mes                 # method entries seen (uint64_t addresses)
-    cdef sdb_intern types               # TypeEnt: cref_or_me value -> imemo type (first sight: one read)
+    cdef sdb_intern types               # TypeEnt: method entries seen in frames (first sight: one read)
     cdef Gathered g                     # outputs since the last drain
     cdef uint32_t *ids                  # the sample being made: its frames' ids, leaf first
     cdef FrameEnt *cur                  #   and its frames
@@ -48,6 +48,7 @@ cdef class Walk(Reads):
             return inner
         return 0
 
+    cdef int me_disagrees(self, uint64_t iseq, uint64_t me) noexcept nogil
     cdef uint64_t env_me(self, const Job *job, const uint64_t *epd) noexcept nogil
     cdef void find_mes(self, Job *job) noexcept nogil
     cdef int read_and_walk(self, uint32_t first, uint32_t n) noexcept nogil

@@ -80,6 +80,9 @@ cdef class Walk(Reads):
                 and self.L.body_local_table_size + 4 <= BODY_SPAN_MAX \
                 and self.L.body_local_table_size + 4 > span:
             span = self.L.body_local_table_size + 4
+        if self.L.body_local_iseq != LAYOUT_NA and self.L.body_local_iseq != 0 \
+                and self.L.body_local_iseq + 8 <= BODY_SPAN_MAX and self.L.body_local_iseq + 8 > span:
+            span = self.L.body_local_iseq + 8
         if self.read1(iseq, ib, ISEQ_SPAN) != ISEQ_SPAN:
             return 0
         flags = u64_at(ib, 0)
@@ -110,6 +113,9 @@ cdef class Walk(Reads):
         e.type = TYPE_UNREAD
         e.locals = 0
         e.read_ns = now
+        e.local_iseq = 0
+        if self.L.body_local_iseq != LAYOUT_NA and self.L.body_local_iseq != 0 and self.L.body_local_iseq + 8 <= span:
+            e.local_iseq = u64_at(bb, self.L.body_local_iseq)
         if span > BODY_SPAN:
             e.type = u32_at(bb, self.L.body_type)
             e.locals = u32_at(bb, self.L.body_local_table_size)
@@ -186,6 +192,13 @@ cdef class Walk(Reads):
     # previous env of a block is mostly a deeper frame's, already read); heap envs (escaped
     # blocks, procs) not in the spans and the type of each ep[-2] value are read at first sight.
     cdef uint32_t value_type(self, uint64_t v, uint64_t *inner) noexcept nogil:
+        """The imemo type of the object at v (IMEMO_NONE: not an imemo, or not readable), and for an
+        svar its cref_or_me (inner). Only method entries are remembered by address: a defined
+        method's entry lives as long as its method. An svar (a frame that uses $~ or $_), a cref
+        (class bodies, instance_eval) or any other value is read each time: they come and go with
+        calls, and the GC gives a freed one's slot to the next object, a method entry's too. A
+        remembered svar lent a later frame an earlier frame's method (another class's `initialize`);
+        a remembered cref left a method entry born in its slot without its method (a bare label)."""
         cdef uint64_t buf[2]
         cdef uint32_t t
         cdef TypeEnt ent
@@ -195,21 +208,49 @@ cdef class Walk(Reads):
             return IMEMO_NONE           # Qfalse, Qnil, special constants
         known = <const TypeEnt *>sdb_intern_find_u64(&self.types, sdb_mix64(v), v)
         if known != NULL:
-            inner[0] = known.inner
-            return known.type
-        t = IMEMO_NONE
-        if self.read1(v, buf, 16) == 16 and (buf[0] & self.L.t_mask) == self.L.t_imemo:
-            t = <uint32_t>((buf[0] >> self.L.imemo_shift) & self.L.imemo_mask)
-            if t == self.L.imemo_svar:
-                inner[0] = buf[1]
-        elif self.read1(v, buf, 8) != 8:
-            return IMEMO_NONE           # unreadable now: not cached
-        ent.addr = v
-        ent.type = t
-        ent.inner = inner[0]
-        ent.pad = 0
-        sdb_intern_insert(&self.types, sdb_mix64(v), &ent)     # not cached when memory runs out
+            return known.type           # a method entry (the only kind kept)
+        if self.read1(v, buf, 16) != 16 or (buf[0] & self.L.t_mask) != self.L.t_imemo:
+            return IMEMO_NONE
+        t = <uint32_t>((buf[0] >> self.L.imemo_shift) & self.L.imemo_mask)
+        if t == self.L.imemo_svar:
+            inner[0] = buf[1]
+        elif t == self.L.imemo_ment:
+            ent.addr = v
+            ent.type = t
+            ent.inner = 0
+            ent.def_read = 0
+            sdb_intern_insert(&self.types, sdb_mix64(v), &ent)     # not kept when memory runs out
         return t
+
+    cdef int me_disagrees(self, uint64_t iseq, uint64_t me) noexcept nogil:
+        """1 when the method entry found for a Ruby frame of `iseq` cannot be that frame's: an ISeq
+        method whose definition's ISeq is not the frame's local ISeq (the method's own, for the method
+        and its blocks, rescues, ensures and evals). Methods of other kinds (define_method, aliases,
+        refinements...) and ISeqs or entries that cannot be read are not checked (0)."""
+        cdef const IseqEnt *e = self.iseq_lookup(iseq)
+        cdef TypeEnt *t
+        cdef uint8_t mb[ME_SPAN]
+        cdef uint8_t db[64]
+        cdef uint64_t d, di = 0
+        cdef uint32_t span
+        if e == NULL or e.local_iseq == 0 or self.L.def_iseq == LAYOUT_NA:
+            return 0
+        t = <TypeEnt *>sdb_intern_find_u64(&self.types, sdb_mix64(me), me)
+        if t != NULL and t.def_read:
+            di = t.inner
+        else:
+            span = (self.L.def_iseq if self.L.def_iseq > self.L.def_type else self.L.def_type) + 8
+            if span > 64 or self.read1(me, mb, ME_SPAN) != ME_SPAN:
+                return 0
+            d = u64_at(mb, self.L.me_def)
+            if d == 0 or self.read1(d, db, span) != span:
+                return 0
+            if ((db[self.L.def_type] >> self.L.def_type_shift) & self.L.def_type_mask) == self.L.method_type_iseq:
+                di = u64_at(db, self.L.def_iseq)
+            if t != NULL:
+                t.inner = di
+                t.def_read = 1
+        return di != 0 and di != e.local_iseq
 
     cdef uint64_t env_me(self, const Job *job, const uint64_t *epd) noexcept nogil:
         """The method entry for a frame whose env words (ep[-2..0] in Ruby 3.1-4.0) are epd[0..]."""
@@ -340,7 +381,7 @@ cdef class Walk(Reads):
         cdef RawFrame *r
         cdef FrameEnt *f
         cdef const uint64_t *epd
-        cdef int same, ck
+        cdef int same, ck, in_gc
         # the copy window as the trace keeps it, in whole us back from `now` (rounded out): names
         # first read for this sample hold from exactly the window's start the trace will show
         job.lo_ns = now - (now - job.lo_ns + 999) // 1000 * 1000 if now > job.lo_ns else now
@@ -357,9 +398,19 @@ cdef class Walk(Reads):
 
         # classify and check, innermost first
         n_out = 0
-        if ((job.state == STATE_RUNNING and sdb_load_relaxed_u32(&self.reg.hdr.gc_active))
+        if job.ctx and job.ctx_gc_ok:
+            # read in context: the GC words read with the stack, at that moment (the tick's own
+            # read of them is up to a tick later)
+            if self.L.gc_flags_addr != 0 and self.L.running_ec_addr != 0:
+                in_gc = job.ec == job.ctx_running_ec and job.state != STATE_BLOCKED \
+                    and (job.ctx_gc_word >> self.L.gc_during_bit) & 1
+            else:
+                in_gc = job.state == STATE_RUNNING and job.ctx_gc_word != 0
+        else:
+            in_gc = (job.state == STATE_RUNNING and sdb_load_relaxed_u32(&self.reg.hdr.gc_active)) \
                 or (self.gc_words_read == 2 and job.ec == self.running_ec_word and job.state != STATE_BLOCKED
-                    and (self.gc_flags_word >> self.L.gc_during_bit) & 1)):
+                    and (self.gc_flags_word >> self.L.gc_during_bit) & 1)
+        if in_gc:
             # the VM is in GC and this thread holds the GVL: it is the one collecting. 3.3+: the
             # gem's GC_ENTER/GC_EXIT hook keeps the header's word. 3.1: objspace->flags.during_gc,
             # read in this thread's read, and its ec is the one that last took the GVL
@@ -454,6 +505,12 @@ cdef class Walk(Reads):
                     # pc 0, no line (Ruby itself gives YJIT's top frame line 0)
                     f.pc = 0
                     self.yjit_pcs += 1
+                if f.me != 0 and self.me_disagrees(f.iseq, f.me):
+                    # the entry is another call's: the env words were read after the frame was
+                    # replaced by one of the same shape (same depth, same ep), or the memo kept an
+                    # older read's. Read again, every env walked anew
+                    c.nmemo = 0
+                    return R_TORN
                 self.note_me(f.me, job.lo_ns)
             elif f.kind == KIND_CFUNC:
                 self.note_me(f.me, job.lo_ns)

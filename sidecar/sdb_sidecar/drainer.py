@@ -52,6 +52,8 @@ class Drainer:
         self.births: dict = {}      # addr -> [(at_ns, name or None, instructions)], eBPF births, oldest first
         self.to_read: list = []     # [(addr, lo_ns, instructions)]: ISeqs to name by reading the target
         self.ebpf_announced = False     # the trace's ebpf_attached record is written
+        self.kernel_view_ns = 0         # when the sampler began to use the kernel view (session.EbpfHub)
+        self.kernel_view_announced = False
         self.spans = SpanReader(target.registry, writer,
                                 target.info["created_mono_ns"] if from_start else None)
 
@@ -173,6 +175,9 @@ class Drainer:
         if self.ebpf is not None and not self.ebpf_announced and self.ebpf.attached_ns < 1 << 63:
             self.ebpf_announced = True
             w.ebpf_attached(self.ebpf.attached_ns, self.ebpf.attach_kind)
+        if self.kernel_view_ns and not self.kernel_view_announced:
+            self.kernel_view_announced = True
+            w.kernel_view(self.kernel_view_ns)
         self.sync_ebpf()        # every ISeq the samples above show was born before this
         if self.ebpf is not None and self.ebpf.paused:
             # the sampler names every ISeq anew when the probes stop and come back (on_pause), and
@@ -226,6 +231,8 @@ class Drainer:
             pauses = self.ebpf.pauses
             if pauses and pauses[-1][1] is None:
                 w.ebpf_pause(pauses[-1][0], rate=0, backoff_s=0.0)
+        if self.kernel_view_announced:
+            w.kernel_view(self.kernel_view_ns)
         self.spans.restate()
         w.flush()
 

@@ -70,9 +70,11 @@ class InContext(MappedProgram):
                                   f"{str(e).splitlines()[0] if str(e) else e}") from None
         self._map_array("ctx_slots", CTX_SLOTS * ctx_slot_size())   # the sampler's sizeof
 
-    def add(self, pid: int, layout: dict) -> None:
+    def add(self, pid: int, layout: dict, gc_active_addr: int = 0) -> None:
         """Threads of process `pid` (running the Ruby of `layout`, its row) are read in context from
-        now on (those its sampler asks for)."""
+        now on (those its sampler asks for). The GC word read with each stack: objspace->flags and
+        the running ec where the gem found them (3.1), else gc_active_addr, the gem's gc_active word
+        in the process (its registry's mapping there; 0: none, the tick's read decides)."""
         targets = self._bpf["ctx_targets"]
         leaf = targets.Leaf()
         for name in ("thread_ec", "ec_vm_stack", "ec_vm_stack_size", "ec_cfp", "cfp_sp"):
@@ -80,8 +82,28 @@ class InContext(MappedProgram):
             if name != "thread_ec" and (value % 8 or not 0 <= value < 64):
                 raise EbpfUnavailable(f"the layout's {name} ({value}) is not a word below 64 bytes")
             setattr(leaf, name, value)
+        if layout.get("gc_flags_addr") and layout.get("running_ec_addr"):
+            leaf.gc_addr, leaf.running_ec_addr = int(layout["gc_flags_addr"]), int(layout["running_ec_addr"])
+        else:
+            leaf.gc_addr, leaf.running_ec_addr = gc_active_addr, 0
         targets[targets.Key(pid)] = leaf
         self.pids.add(pid)
+
+
+def mapped_at(pid: int, ino: int, offset: int) -> int:
+    """The address of byte `offset` of the file of inode `ino` in process pid's memory (its mapping
+    from the file's start), 0 when it is not mapped there."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and parts[4] == str(ino) and int(parts[2], 16) == 0:
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    if lo + offset + 4 <= hi:
+                        return lo + offset
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 _prep_lock = threading.Lock()

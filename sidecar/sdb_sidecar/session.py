@@ -218,6 +218,7 @@ class EbpfHub:
             return
         session.sampler.use_kernel_view(kv.address, kv.slots)
         session.kernel_view = kv
+        session.drainer.kernel_view_ns = _sampler.monotonic_ns()
 
     def _attach_in_context(self, session: "Session") -> None:
         """In-context reads for one more process (keyed by our tids: not for a container's)."""
@@ -229,7 +230,9 @@ class EbpfHub:
         if target.ns_pid != target.pid or session.in_context is ic:
             return
         try:
-            ic.add(target.pid, target.registry.layout)
+            ic.add(target.pid, target.registry.layout,
+                   incontext.mapped_at(target.pid, target.registry_ino, target.registry.gc_active_offset)
+                   if target.registry_ino else 0)
         except Exception:
             return
         session.sampler.use_in_context(ic.address, ic.slots)

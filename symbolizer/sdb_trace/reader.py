@@ -95,6 +95,7 @@ _SCHEMA = {
     "ebpf_pause": {"at_ns": (_int, True), "rate": (_number, False), "backoff_s": (_number, False)},
     "ebpf_resume": {"at_ns": (_int, True)},
     "ebpf_attached": {"at_ns": (_int, True), "attach": (_str, False)},
+    "kernel_view": {"at_ns": (_int, True)},
     "end": {"at_ns": (_int, False), "reason": (_str, False), "ticks": (_int, False), "late": (_int, False),
             "missed": (_int, False), "samples": (_int, False), "torn": (_int, False), "retried": (_int, False),
             "reused": (_int, False), "errors": (_int, False), "threads": (_int, False), "yjit_no_line": (_int, False), "in_context": (_int, False), "in_context_since_ns": (_int, False),

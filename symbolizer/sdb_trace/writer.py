@@ -175,6 +175,9 @@ class TraceWriter:
     def ebpf_attached(self, at_ns: int, attach: str) -> None:
         self._write({"t": "ebpf_attached", "at_ns": at_ns, "attach": attach})
 
+    def kernel_view(self, at_ns: int) -> None:
+        self._write({"t": "kernel_view", "at_ns": at_ns})
+
     def end(self, **counts) -> None:
         self.enter(0)
         rec = {"t": "end"}
@@ -199,7 +202,7 @@ class ProcessWriter:
     tree is drained by a thread of its own). Everything else is the writer's."""
 
     RECORDS = frozenset(("thread", "thread_end", "frames", "stacks", "samples", "encoded", "iseq", "cfunc",
-                         "method", "spans", "ebpf_pause", "ebpf_resume", "ebpf_attached"))
+                         "method", "spans", "ebpf_pause", "ebpf_resume", "ebpf_attached", "kernel_view"))
 
     def __init__(self, writer: TraceWriter, proc: int):
         self.writer = writer
