@@ -438,17 +438,29 @@ def record_program(tmp_dir: Path, program: str, duration_s: float = 1.0, rate_hz
     return out
 
 
+def build_test_extension(tmp_path_factory, name: str) -> str:
+    """tests/support/NAME (a test-only C extension) compiled for the Ruby under test: its directory."""
+    build = tmp_path_factory.mktemp(f"{name}-ext")
+    for f in (REPO / "tests" / "support" / name).iterdir():
+        shutil.copy(f, build / f.name)
+    for cmd in ([SDB_RUBY, "extconf.rb"], ["make"]):
+        r = subprocess.run(cmd, cwd=build, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"building tests/support/{name}: {cmd}: {r.stdout}\n{r.stderr}"
+    return str(build)
+
+
 @pytest.fixture(scope="session")
 def golden_ext(tmp_path_factory):
     """tests/support/golden (Ruby's own frame labels, for the golden and invisibility tests) compiled
     for the Ruby under test: a directory for $LOAD_PATH."""
-    build = tmp_path_factory.mktemp("golden-ext")
-    for f in (REPO / "tests" / "support" / "golden").iterdir():
-        shutil.copy(f, build / f.name)
-    for cmd in ([SDB_RUBY, "extconf.rb"], ["make"]):
-        r = subprocess.run(cmd, cwd=build, capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, f"building the golden extension: {cmd}: {r.stdout}\n{r.stderr}"
-    return str(build)
+    return build_test_extension(tmp_path_factory, "golden")
+
+
+@pytest.fixture(scope="session")
+def sigprof_ext(tmp_path_factory):
+    """tests/support/sigprof (the in-handler reference profiler: Ruby's own innermost frame taken in
+    its timer signal's handler) compiled for the Ruby under test: a directory for $LOAD_PATH."""
+    return build_test_extension(tmp_path_factory, "sigprof")
 
 
 def process_root(pid: int, command) -> str:

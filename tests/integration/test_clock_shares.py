@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import collections
 import json
-import shutil
-import subprocess
 
-import pytest
-
-from conftest import REPO, SDB_RUBY, ebpf_all_in_so_far, ebpf_missing, read_trace, samples_so_far, wait_for
+from conftest import ebpf_all_in_so_far, ebpf_missing, read_trace, samples_so_far, wait_for
 from sdb_symbolize.resolve import Resolver
 from sdb_symbolize.labels import LABELS_RUBY
 from sdb_trace import iter_samples
@@ -23,28 +19,16 @@ PARTS = ("Array#sort", "Object#count_up")
 TOLERANCE = 3.0     # points of the loop's time (~5,000 samples: 0.6 points is one standard error)
 
 
-@pytest.fixture(scope="module")
-def sigprof_dir(tmp_path_factory):
-    """tests/support/sigprof built for the Ruby under test."""
-    build = tmp_path_factory.mktemp("sigprof-ext")
-    for f in (REPO / "tests" / "support" / "sigprof").iterdir():
-        shutil.copy(f, build / f.name)
-    for cmd in ([SDB_RUBY, "extconf.rb"], ["make"]):
-        r = subprocess.run(cmd, cwd=build, capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, f"building the reference profiler: {cmd}: {r.stdout}\n{r.stderr}"
-    return str(build)
-
-
 def shares(ns: dict) -> dict:
     total = sum(ns[p] for p in PARTS)
     return {p: 100.0 * ns[p] / total for p in PARTS}
 
 
 def test_sdb_splits_time_between_a_c_function_and_ruby_as_the_programs_clock_does(ruby_target, sidecar_process,
-                                                                                   tmp_path, sigprof_dir):
+                                                                                   tmp_path, sigprof_ext):
     # GIVEN the loop, waiting, recorded by attach (with eBPF where the machine has it: from the moment
     # every program is in)
-    target = ruby_target("sort_and_count.rb", "sdb", env={"SDB_SIGPROF_DIR": sigprof_dir})
+    target = ruby_target("sort_and_count.rb", "sdb", env={"SDB_SIGPROF_DIR": sigprof_ext})
     out = tmp_path / "trace.msgpack"
     sidecar = sidecar_process("attach", "--pid", str(target.pid), "-d", "600", "-o", str(out), "-q")
     if not ebpf_missing():

@@ -48,18 +48,6 @@ BOOK_CHAPTERS = 2500
 MIN_SAMPLES = 12000
 
 
-@pytest.fixture(scope="module")
-def sigprof_ext(tmp_path_factory):
-    """tests/support/sigprof (the in-handler reference profiler) built for the Ruby under test."""
-    build = tmp_path_factory.mktemp("sigprof-ext")
-    for f in (REPO / "tests" / "support" / "sigprof").iterdir():
-        shutil.copy(f, build / f.name)
-    for cmd in ([SDB_RUBY, "extconf.rb"], ["make"]):
-        r = subprocess.run(cmd, cwd=build, capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, f"building the reference profiler: {cmd}: {r.stdout}\n{r.stderr}"
-    return str(build)
-
-
 def record_beside_stackprof(tmp_path: Path, argv: list, sigprof_dir: str) -> tuple:
     """Runs `ruby under_stackprof.rb OUT argv...` under `sdb-sidecar record`, the in-handler reference
     profiler beside stackprof: (sdb trace, stackprof dump with the reference's samples)."""
