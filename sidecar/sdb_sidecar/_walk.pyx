@@ -381,7 +381,8 @@ cdef class Walk(Reads):
         cdef RawFrame *r
         cdef FrameEnt *f
         cdef const uint64_t *epd
-        cdef int same, ck, in_gc
+        cdef int same, ck, in_gc, have, flags_and_ec
+        cdef uint64_t gc_word, running_ec
         # the copy window as the trace keeps it, in whole us back from `now` (rounded out): names
         # first read for this sample hold from exactly the window's start the trace will show
         job.lo_ns = now - (now - job.lo_ns + 999) // 1000 * 1000 if now > job.lo_ns else now
@@ -398,18 +399,21 @@ cdef class Walk(Reads):
 
         # classify and check, innermost first
         n_out = 0
+        # the GC words: read with the stack when it was read in context (the tick's own read of them
+        # is up to a tick later), else the tick's
+        # (3.1: objspace->flags and the running ec, the gem found them; 3.3+: the gem's gc_active)
+        flags_and_ec = self.L.gc_flags_addr != 0 and self.L.running_ec_addr != 0
         if job.ctx and job.ctx_gc_ok:
-            # read in context: the GC words read with the stack, at that moment (the tick's own
-            # read of them is up to a tick later)
-            if self.L.gc_flags_addr != 0 and self.L.running_ec_addr != 0:
-                in_gc = job.ec == job.ctx_running_ec and job.state != STATE_BLOCKED \
-                    and (job.ctx_gc_word >> self.L.gc_during_bit) & 1
-            else:
-                in_gc = job.state == STATE_RUNNING and job.ctx_gc_word != 0
+            have, gc_word, running_ec = 1, job.ctx_gc_word, job.ctx_running_ec
+        elif flags_and_ec:
+            have, gc_word, running_ec = self.gc_words_read == 2, self.gc_flags_word, self.running_ec_word
         else:
-            in_gc = (job.state == STATE_RUNNING and sdb_load_relaxed_u32(&self.reg.hdr.gc_active)) \
-                or (self.gc_words_read == 2 and job.ec == self.running_ec_word and job.state != STATE_BLOCKED
-                    and (self.gc_flags_word >> self.L.gc_during_bit) & 1)
+            have, gc_word, running_ec = 1, sdb_load_relaxed_u32(&self.reg.hdr.gc_active), 0
+        if flags_and_ec:
+            in_gc = have and job.ec == running_ec and job.state != STATE_BLOCKED \
+                and (gc_word >> self.L.gc_during_bit) & 1
+        else:
+            in_gc = job.state == STATE_RUNNING and gc_word != 0
         if in_gc:
             # the VM is in GC and this thread holds the GVL: it is the one collecting. 3.3+: the
             # gem's GC_ENTER/GC_EXIT hook keeps the header's word. 3.1: objspace->flags.during_gc,
