@@ -11,7 +11,9 @@
  * samples are where the thread was.
  *
  *   SdbSigprof.start(interval_us)  a CLOCK_MONOTONIC timer signalling the
- *                                  calling thread (SIGPROF) every interval
+ *                                  calling thread (SIGPROF) after a random
+ *                                  interval of mean interval_us, re-armed
+ *                                  by each signal
  *   SdbSigprof.stop -> [[t_ns, label], ...]   one per sample, label as
  *                                  rb_profile_frame_full_label gives it,
  *                                  "(garbage collection)" during GC
@@ -42,6 +44,8 @@ static struct {
     uint32_t lost;                      /* samples past MAX_SAMPLES, or frames past MAX_FRAMES */
     VALUE *frames;                      /* open addressing by VALUE; 0: empty */
     timer_t timer;
+    long interval_ns;                   /* the mean interval */
+    uint64_t rng;                       /* xorshift64 state for the next interval */
     int running;
     VALUE keeper;                       /* the object whose mark function pins `frames` */
 } S;
@@ -52,6 +56,24 @@ now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Arm the timer once, for a uniformly random interval in [0.5, 1.5) of the
+ * mean: a periodic timer samples a periodic loop at the same few phases for
+ * seconds (the loop of sort_and_count.rb gave shares 3 points off its own
+ * clock, either way, run to run); random intervals sample every phase.
+ * timer_settime is async-signal-safe. */
+static void
+arm_next(void)
+{
+    struct itimerspec its;
+    long ns;
+    S.rng ^= S.rng << 13; S.rng ^= S.rng >> 7; S.rng ^= S.rng << 17;
+    ns = S.interval_ns / 2 + (long)(S.rng % (uint64_t)S.interval_ns);
+    memset(&its, 0, sizeof(its));
+    its.it_value.tv_sec = ns / 1000000000;
+    its.it_value.tv_nsec = ns % 1000000000;
+    timer_settime(S.timer, 0, &its, NULL);
 }
 
 static uint32_t
@@ -82,6 +104,7 @@ on_signal(int sig, siginfo_t *info, void *uc)
     S.samples[S.n].t_ns = now_ns();
     S.samples[S.n].frame = f;
     S.n++;
+    if (S.running) arm_next();
     errno = saved;
 }
 
@@ -101,7 +124,6 @@ sigprof_start(VALUE self, VALUE interval_us)
 {
     struct sigaction sa;
     struct sigevent sev;
-    struct itimerspec its;
     long us = NUM2LONG(interval_us);
     if (S.running) rb_raise(rb_eRuntimeError, "already started");
     if (!S.samples) S.samples = ALLOC_N(struct sample, MAX_SAMPLES);
@@ -119,11 +141,11 @@ sigprof_start(VALUE self, VALUE interval_us)
     sev.sigev_signo = SIGPROF;
     sev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
     if (timer_create(CLOCK_MONOTONIC, &sev, &S.timer) != 0) rb_sys_fail("timer_create");
-    its.it_interval.tv_sec = us / 1000000;
-    its.it_interval.tv_nsec = (us % 1000000) * 1000;
-    its.it_value = its.it_interval;
+    if (us < 2) rb_raise(rb_eArgError, "interval_us must be at least 2");
+    S.interval_ns = us * 1000;
+    S.rng = now_ns() | 1;
     S.running = 1;
-    if (timer_settime(S.timer, 0, &its, NULL) != 0) rb_sys_fail("timer_settime");
+    arm_next();
     return Qnil;
 }
 
@@ -133,9 +155,9 @@ sigprof_stop(VALUE self)
     VALUE out, labels, label;
     uint32_t i, n;
     if (!S.running) rb_raise(rb_eRuntimeError, "not started");
+    S.running = 0;
     timer_delete(S.timer);
     signal(SIGPROF, SIG_IGN);
-    S.running = 0;
     n = S.n;
     labels = rb_ary_new_capa(MAX_FRAMES);
     for (i = 0; i < MAX_FRAMES; i++)
