@@ -31,7 +31,7 @@ from sdb_sidecar._util cimport *
 from sdb_sidecar._types cimport *
 from sdb_sidecar._registry cimport Registry, sdb_slot, copy_slot
 from sdb_sidecar._encode cimport sdb_encode_samples, sdb_encode_samples_bound
-from sdb_sidecar._intern cimport sdb_intern_clear, sdb_intern_at
+from sdb_sidecar._intern cimport sdb_intern_clear, sdb_intern_at, sdb_intern_find_u64
 from sdb_sidecar._tstate cimport sdb_tstate_close
 from sdb_sidecar._states cimport States
 from sdb_sidecar._reads cimport sdb_ctx_slot
@@ -118,6 +118,36 @@ cdef class Sampler(States):
             sdb_intern_clear(&self.iseqs)
             for i in range(self.nslots + 1):
                 self.cache[i].has_prev = 0
+            pthread_mutex_unlock(&self.mu)
+
+    def forget_names(self, iseqs, mes):
+        """These ISeqs and method entries (addresses) are new again: the next sample that shows one
+        hands it to the Drainer, which reads it anew. For names a read could not give (the Drainer
+        wrote them unnamed): a hot frame unnamed at its first sight would stay so for the rest of the
+        recording. Every thread's next sample is read whole and checked, as after forget_iseqs."""
+        cdef uint64_t addr
+        cdef IseqEnt *e
+        cdef uint64_t *m
+        cdef uint32_t i
+        cdef list iseq_list = [int(a) for a in iseqs]
+        cdef list me_list = [int(a) for a in mes]
+        with nogil:
+            pthread_mutex_lock(&self.mu)
+        try:
+            for a in iseq_list:
+                addr = a
+                e = self.iseq_lookup(addr)
+                if e != NULL:
+                    e.encoded = 0       # no pc is inside it: check_iseq reads it and hands it over
+                    e.size = 0
+            for a in me_list:
+                addr = a
+                m = <uint64_t *>sdb_intern_find_u64(&self.mes, sdb_mix64(addr), addr)
+                if m != NULL:
+                    m[0] = 1            # no entry's address (they are aligned): note_me inserts it anew
+            for i in range(self.nslots + 1):
+                self.cache[i].has_prev = 0
+        finally:
             pthread_mutex_unlock(&self.mu)
 
     cdef void thread_event(self, const sdb_slot *copy, uint32_t ended, uint64_t serial, uint64_t now) noexcept nogil:

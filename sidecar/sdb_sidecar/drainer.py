@@ -11,6 +11,14 @@ from .ebpf import EbpfView
 from .symbols import RemoteReadError, RemoteRuby
 from .target import Target
 
+# A name a read could not give (an ISeq or method entry moved, replaced or half written as it was read)
+# is read again when a sample shows it again: at once, then after waits that double, at most RETRIES
+# times (an address that never names is not read for ever)
+RETRIES = 10
+RETRY_WAIT_S = 0.1          # the wait before the second retry; the first is at the next sight
+RETRY_WAIT_MAX_S = 5.0
+GIVEN_UP = -1
+
 # the name of a sampled ISeq that was gone before it could be read (without eBPF to name it at birth)
 UNKNOWN_ISEQ = {"label": "(unknown)", "base_label": "(unknown)", "path": "", "realpath": None, "first_line": 0,
                 "type": -1}
@@ -43,6 +51,10 @@ class Drainer:
         self.unproven = 0           # remote names taken without eBPF's proof that nothing was born between
         self.unnamed_iseqs = 0      # ISeqs written as (unknown): gone, replaced, or superseded before the read
         self.unnamed_methods = 0    # method entries written without a name
+        self.renamed_iseqs = 0      # ISeqs written as (unknown) whose read, when sampled again, named them
+        self.renamed_methods = 0    # method entries likewise
+        self.retries: dict = {}     # ("iseq" | "me", addr) -> (reads that named nothing, when the sampler
+                                    # forgets it (monotonic ns), 0 once forgotten, GIVEN_UP)
         self.ebpf = ebpf            # set once the eBPF symbolizer is attached (session.EbpfHub)
         self.names: dict = {}       # addr -> (the name last written for it, its at_ns, its source): a GC
                                     # move carries it; a new file takes it while eBPF says it holds
@@ -61,7 +73,31 @@ class Drainer:
         self.remote.forget(addr)    # a new ISeq here: cached facts about the address are stale
         self.names[addr] = (info, at_ns, source)
         self.in_file.add(addr)
+        if info is UNKNOWN_ISEQ:
+            self._unnamed("iseq", addr)
+        elif self.retries.pop(("iseq", addr), None) is not None and source == "remote":
+            self.renamed_iseqs += 1
         self.writer.iseq(addr, at_ns=at_ns, source=source, **info, **extra)
+
+    def _unnamed(self, kind: str, addr: int) -> None:
+        failed = self.retries.get((kind, addr), (0, 0))[0] + 1
+        if failed > RETRIES:
+            due = GIVEN_UP
+        else:
+            wait = 0.0 if failed == 1 else min(RETRY_WAIT_S * 2 ** (failed - 2), RETRY_WAIT_MAX_S)
+            due = _sampler.monotonic_ns() + int(wait * 1e9)
+        self.retries[(kind, addr)] = (failed, due)
+
+    def forget_unnamed(self) -> None:
+        """The sampler forgets the unnamed ISeqs and method entries due for another read: the next
+        sample that shows one hands it over again (Sampler.forget_names)."""
+        now = _sampler.monotonic_ns()
+        due = [key for key, (_, at) in self.retries.items() if 0 < at <= now]
+        if not due:
+            return
+        for key in due:
+            self.retries[key] = (self.retries[key][0], 0)
+        self.sampler.forget_names([a for k, a in due if k == "iseq"], [a for k, a in due if k == "me"])
 
     def name_holds(self, addr: int, at_ns: int) -> bool:
         """The name last written for addr still holds at at_ns: written while the eBPF creation
@@ -199,6 +235,9 @@ class Drainer:
                 m = {"name": None, "type": -1, "class_path": None, "singleton": False}
             if m["name"] is None:
                 self.unnamed_methods += 1
+                self._unnamed("me", me)
+            elif self.retries.pop(("me", me), None) is not None:
+                self.renamed_methods += 1
             w.method(me, at_ns=at_ns, source="remote", **m)
         if d["frame_kind"]:
             # a Ruby frame of pc 0 is one YJIT pushed whose pc the sampler could not trust: no line
@@ -215,6 +254,7 @@ class Drainer:
                 w.thread_end(ev["serial"], ev["at_ns"])
         self.spans.drain()
         w.flush()
+        self.forget_unnamed()
         return d
 
 

@@ -244,7 +244,8 @@ def summed(counts: dict, others: List[dict]) -> dict:
     c = dict(counts)
     for k in SUMMED:
         c[k] = c.get(k, 0) + sum(o.get(k, 0) for o in others)
-    c["unnamed"] = {k: c["unnamed"][k] + sum(o["unnamed"][k] for o in others) for k in ("iseqs", "methods")}
+    for name in ("unnamed", "renamed"):
+        c[name] = {k: c[name][k] + sum(o[name][k] for o in others) for k in ("iseqs", "methods")}
     return c
 
 
@@ -268,7 +269,7 @@ class Tree:
         self.procs: Dict[int, ProcessRecording] = {}    # pid -> its recording, while it runs
         self.by_proc: List[ProcessRecording] = []       # every recording not yet counted in a closed file
         self.next_proc = 0
-        self.gone: dict = {"unnamed": {"iseqs": 0, "methods": 0}}   # the summed counts of recordings let go
+        self.gone: dict = {n: {"iseqs": 0, "methods": 0} for n in ("unnamed", "renamed")}   # the summed counts of recordings let go
         self.pending: Dict[int, float] = {}             # pid -> when first seen without a ready registry
         self.ignored: set = set()                        # pids that are not Ruby, or run no (enabled) gem
         self.left_out = 0                                # processes of the tree that run the gem, not recorded
@@ -535,9 +536,10 @@ class Tree:
                     continue
                 total += end.get(k, 0) - (pr.base or zero).get(k, 0)
             c[k] = total
-        c["unnamed"] = {k: sum((ends[pr.proc] or {}).get("unnamed", {}).get(k, 0)
-                               - ((pr.base or {}).get("unnamed") or {}).get(k, 0)
-                               for pr in self.by_proc if ends.get(pr.proc) is not None) for k in ("iseqs", "methods")}
+        for name in ("unnamed", "renamed"):
+            c[name] = {k: sum((ends[pr.proc] or {}).get(name, {}).get(k, 0)
+                              - ((pr.base or {}).get(name) or {}).get(k, 0)
+                              for pr in self.by_proc if ends.get(pr.proc) is not None) for k in ("iseqs", "methods")}
         return c
 
     # ------------------------------------------------------------------ the end

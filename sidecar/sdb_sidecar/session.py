@@ -457,5 +457,6 @@ class Session:
                 "threads": stats["threads"], "symbol_errors": d.symbol_errors,
                 "names_superseded": d.superseded, "names_unproven": d.unproven,
                 "unnamed": {"iseqs": d.unnamed_iseqs, "methods": d.unnamed_methods},
+                "renamed": {"iseqs": d.renamed_iseqs, "methods": d.renamed_methods},
                 "ebpf": self.symbolizer.summary() if self.symbolizer is not None else None,
                 "threads_from": threads_from(self.sampler, self.kernel_view)}

@@ -1,0 +1,72 @@
+"""A name a read could not give is read again: an ISeq or method entry whose read failed at its first
+sight (GC moved or replaced what was being read, the strings were half written) is written unnamed
+for the samples until then, and read again when a sample shows it again. Before, it stayed unnamed
+for the rest of the recording: once, a frame on nearly every stack of the soak (70 % of its samples
+with an unnamed frame, 3.1, around an eBPF pause)."""
+from __future__ import annotations
+
+import os
+
+from conftest import read_trace
+from sdb_symbolize.labels import LABELS_RUBY
+from sdb_symbolize.resolve import Resolver
+from sdb_trace import iter_samples
+
+# what Ruby's own frames of the program's methods are called, and what they are without their method
+OWN = {"Object#callee", "Object#caller_of"}
+BARE = {"callee", "caller_of"}
+
+
+def test_an_iseq_or_method_entry_whose_first_read_failed_is_named_when_sampled_again(ruby_target, monkeypatch,
+                                                                                     tmp_path):
+    # GIVEN a program working in callee under caller_of (and Process.clock_gettime), and the first
+    # read of every ISeq and method entry failing
+    from sdb_sidecar import recorder
+    from sdb_sidecar.options import Options
+    from sdb_sidecar.symbols import RemoteReadError, RemoteRuby
+    from sdb_sidecar.target import open_target
+    target = ruby_target("callee_share.rb", "2000", "60", "sdb")
+    failed = set()
+    real_iseq_info, real_method_info = RemoteRuby.iseq_info, RemoteRuby.method_info
+
+    def iseq_info(self, iseq):
+        if ("iseq", iseq) not in failed:
+            failed.add(("iseq", iseq))
+            raise RemoteReadError(f"ISeq 0x{iseq:x}: its first read fails (the test's)")
+        return real_iseq_info(self, iseq)
+
+    def method_info(self, me, expect=None):
+        if ("me", me) not in failed:
+            failed.add(("me", me))
+            raise RemoteReadError(f"method entry 0x{me:x}: its first read fails (the test's)")
+        return real_method_info(self, me, expect)
+    monkeypatch.setattr(RemoteRuby, "iseq_info", iseq_info)
+    monkeypatch.setattr(RemoteRuby, "method_info", method_info)
+    # WHEN it is recorded for 3 s without eBPF (every name read from the target)
+    out = tmp_path / "t.msgpack"
+    root = open_target(target.pid, wait_s=5)
+    recorder.record(root, str(out), Options(duration_s=3, quiet=True, ebpf=False),
+                    status_stream=open(os.devnull, "w"))
+    # THEN every ISeq and entry read failed once, was written unnamed, and was named by a later read
+    t = read_trace(out)
+    assert t.end is not None and t.end["reason"] == "duration", t.end
+    assert any(k == "iseq" for k, _ in failed) and any(k == "me" for k, _ in failed), failed
+    assert t.end["unnamed"]["iseqs"] >= 2 and t.end["unnamed"]["methods"] >= 2, t.end
+    assert t.end["renamed"]["iseqs"] >= 2 and t.end["renamed"]["methods"] >= 2, t.end
+    # AND only the samples before those reads have an unnamed frame: the program's methods are named
+    # on nearly all of them, never bare
+    resolver = Resolver(t.tables, LABELS_RUBY)
+    counts = {"samples": 0, "unnamed": 0, "own": 0, "bare": 0}
+
+    def on_batch(base, dts, threads, sids, states):
+        for dt, sid in zip(dts, sids):
+            labels = [f.label for f in resolver.stack(sid, base + dt)]
+            counts["samples"] += 1
+            counts["unnamed"] += any(lb.startswith("(unknown") or lb == "(C function)" for lb in labels)
+            counts["own"] += any(lb in OWN for lb in labels)
+            counts["bare"] += any(lb in BARE for lb in labels)
+    iter_samples(str(out), on_batch)
+    assert counts["samples"] > 500, counts
+    assert counts["unnamed"] <= 0.1 * counts["samples"], (counts, t.end)
+    assert counts["own"] >= 0.4 * counts["samples"], (counts, t.end)
+    assert counts["bare"] <= 0.1 * counts["samples"], (counts, t.end)
