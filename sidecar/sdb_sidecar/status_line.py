@@ -43,7 +43,7 @@ class StatusLine:
         procs = f"{len(stats)} processes, " if len(stats) > 1 else ""
         text = (f"sdb: {procs}{threads} threads, {samples} samples, {rate:.0f} Hz "
                 f"(asked {self.rate_hz:.0f}), torn {torn:.2f}%, late {late:.2f}%")
-        unnamed = sum(d.unnamed_iseqs + d.unnamed_methods for d in drainers)
+        unnamed = sum(d.unnamed_iseqs + d.unnamed_methods - d.renamed_iseqs - d.renamed_methods for d in drainers)
         if unnamed:
             text += f", unnamed {unnamed}"
         ebpf = drainers[0].ebpf if drainers else None

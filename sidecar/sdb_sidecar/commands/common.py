@@ -209,11 +209,15 @@ def ending(counts: dict, args) -> str:
              "target-exec": "the program exec'd another program",
              "stopped": "stopped"}.get(reason, str(reason))
     unnamed = counts.get("unnamed") or {}
+    renamed = counts.get("renamed") or {}
     parts = [f"{n} {one if n == 1 else many}" for one, many, n in
-             (("ISeq", "ISeqs", unnamed.get("iseqs", 0)),
-              ("method entry", "method entries", unnamed.get("methods", 0))) if n]
+             (("ISeq", "ISeqs", unnamed.get("iseqs", 0) - renamed.get("iseqs", 0)),
+              ("method entry", "method entries", unnamed.get("methods", 0) - renamed.get("methods", 0))) if n]
     if parts:
         words += f"; unnamed: {' and '.join(parts)} (gone before they could be read)"
+    late = renamed.get("iseqs", 0) + renamed.get("methods", 0)
+    if late:
+        words += f"; {late} more named by a second read, their first samples unnamed"
     return words
 
 
