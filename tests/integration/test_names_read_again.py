@@ -53,8 +53,14 @@ def test_an_iseq_or_method_entry_whose_first_read_failed_is_named_when_sampled_a
     assert any(k == "iseq" for k, _ in failed) and any(k == "me" for k, _ in failed), failed
     assert t.end["unnamed"]["iseqs"] >= 2 and t.end["unnamed"]["methods"] >= 2, t.end
     assert t.end["renamed"]["iseqs"] >= 2 and t.end["renamed"]["methods"] >= 2, t.end
-    # AND in the recording's last second every frame is named, the program's methods with their
-    # class (the samples before the second reads keep the unnamed frames: ~20 ms of them here)
+    # AND each of them read again was named by that read (only first reads fail here)
+    for table, unnamed in ((t.tables.iseqs, lambda s: s.label.startswith("(unknown")),
+                           (t.tables.cfuncs, lambda s: s.record.get("name") is None)):
+        for addr, syms in table.items():
+            assert not any(unnamed(s) for s in syms[1:]), (hex(addr), [(s.at_ns, s.label, s.source) for s in syms])
+    # AND in the recording's last second the program's methods are named, with their class, never
+    # bare (the samples before the second reads keep the unnamed frames: ~20 ms of them here; a frame
+    # first seen late, unnamed at its first sight, may stay so to the end)
     last_second = t.end["at_ns"] - 1_000_000_000
     resolver = Resolver(t.tables, LABELS_RUBY)
     counts = {"samples": 0, "after": 0, "unnamed": 0, "own": 0, "bare": 0}
@@ -71,5 +77,6 @@ def test_an_iseq_or_method_entry_whose_first_read_failed_is_named_when_sampled_a
             counts["bare"] += any(lb in BARE for lb in labels)
     iter_samples(str(out), on_batch)
     assert counts["after"] >= 100, counts
-    assert counts["unnamed"] == 0 and counts["bare"] == 0, counts
+    assert counts["bare"] == 0, counts
     assert counts["own"] >= 0.9 * counts["after"], counts
+    assert counts["unnamed"] <= 0.1 * counts["after"], counts
