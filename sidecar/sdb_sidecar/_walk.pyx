@@ -225,14 +225,16 @@ cdef class Walk(Reads):
     cdef int me_disagrees(self, uint64_t iseq, uint64_t me) noexcept nogil:
         """1 when the method entry found for a Ruby frame of `iseq` cannot be that frame's: an ISeq
         method whose definition's ISeq is not the frame's local ISeq (the method's own, for the method
-        and its blocks, rescues, ensures and evals). Methods of other kinds (define_method, aliases,
-        refinements...) and ISeqs or entries that cannot be read are not checked (0)."""
+        and its blocks, rescues, ensures and evals); or a C function's entry on a frame of a method's
+        ISeq (the env words of a C call that stood at the same depth: seen in rubocop, a bare label).
+        Methods of other kinds (define_method, aliases, refinements...) and ISeqs or entries that
+        cannot be read are not checked (0)."""
         cdef const IseqEnt *e = self.iseq_lookup(iseq)
         cdef TypeEnt *t
         cdef uint8_t mb[ME_SPAN]
         cdef uint8_t db[64]
         cdef uint64_t d, di = 0
-        cdef uint32_t span
+        cdef uint32_t span, kind
         if e == NULL or e.local_iseq == 0 or self.L.def_iseq == LAYOUT_NA:
             return 0
         t = <TypeEnt *>sdb_intern_find_u64(&self.types, sdb_mix64(me), me)
@@ -245,11 +247,16 @@ cdef class Walk(Reads):
             d = u64_at(mb, self.L.me_def)
             if d == 0 or self.read1(d, db, span) != span:
                 return 0
-            if ((db[self.L.def_type] >> self.L.def_type_shift) & self.L.def_type_mask) == self.L.method_type_iseq:
+            kind = (db[self.L.def_type] >> self.L.def_type_shift) & self.L.def_type_mask
+            if kind == self.L.method_type_iseq:
                 di = u64_at(db, self.L.def_iseq)
+            elif kind == self.L.method_type_cfunc:
+                di = DEF_CFUNC
             if t != NULL:
                 t.inner = di
                 t.def_read = 1
+        if di == DEF_CFUNC:
+            return e.type == self.L.iseq_type_method
         return di != 0 and di != e.local_iseq
 
     cdef uint64_t env_me(self, const Job *job, const uint64_t *epd) noexcept nogil:
