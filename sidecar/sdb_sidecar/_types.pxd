@@ -126,11 +126,11 @@ cdef struct MeMemo:         # a Ruby frame's method entry as found last time, ro
     uint64_t me
 
 cdef enum:
-    DEF_CFUNC = 1           # TypeEnt.inner of a C function's entry (no ISeq is at address 1)
+    INNER_CFUNC = 1           # TypeEnt.inner of a C function's entry (no ISeq is at address 1)
 
 cdef struct TypeEnt:        # a method entry seen in a frame (first sight read, then kept)
     uint64_t addr           # the value: the key in the intern table (first, as sdb_intern_find_u64 wants)
-    uint64_t inner          # the ISeq of its definition (an ISeq method), DEF_CFUNC (a C function), once def_read
+    uint64_t inner          # the ISeq of its definition (an ISeq method), INNER_CFUNC (a C function), once def_read
     uint32_t type           # IMEMO_* (imemo_ment: the only kind kept)
     uint32_t def_read       # inner holds the definition's ISeq (0: not an ISeq method)
 

@@ -251,11 +251,11 @@ cdef class Walk(Reads):
             if kind == self.L.method_type_iseq:
                 di = u64_at(db, self.L.def_iseq)
             elif kind == self.L.method_type_cfunc:
-                di = DEF_CFUNC
+                di = INNER_CFUNC
             if t != NULL:
                 t.inner = di
                 t.def_read = 1
-        if di == DEF_CFUNC:
+        if di == INNER_CFUNC:
             return e.type == self.L.iseq_type_method
         return di != 0 and di != e.local_iseq
 
