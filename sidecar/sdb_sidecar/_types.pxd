@@ -132,7 +132,7 @@ cdef struct TypeEnt:        # a method entry seen in a frame (first sight read, 
     uint64_t addr           # the value: the key in the intern table (first, as sdb_intern_find_u64 wants)
     uint64_t inner          # the ISeq of its definition (an ISeq method), INNER_CFUNC (a C function), once def_read
     uint32_t type           # IMEMO_* (imemo_ment: the only kind kept)
-    uint32_t def_read       # inner holds the definition's ISeq (0: not an ISeq method)
+    uint32_t def_read       # inner is read (0 there: neither an ISeq method nor a C function)
 
 cdef struct Job:            # one thread being read in this tick
     uint32_t slot
