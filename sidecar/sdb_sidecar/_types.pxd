@@ -126,13 +126,13 @@ cdef struct MeMemo:         # a Ruby frame's method entry as found last time, ro
     uint64_t me
 
 cdef enum:
-    INNER_CFUNC = 1           # TypeEnt.inner of a C function's entry (no ISeq is at address 1)
+    INNER_NOT_ISEQ = 1        # TypeEnt.inner of an entry of any kind but an ISeq method (no ISeq is at address 1)
 
 cdef struct TypeEnt:        # a method entry seen in a frame (first sight read, then kept)
     uint64_t addr           # the value: the key in the intern table (first, as sdb_intern_find_u64 wants)
-    uint64_t inner          # the ISeq of its definition (an ISeq method), INNER_CFUNC (a C function), once def_read
+    uint64_t inner          # the ISeq of its definition (an ISeq method), else INNER_NOT_ISEQ, once def_read
     uint32_t type           # IMEMO_* (imemo_ment: the only kind kept)
-    uint32_t def_read       # inner is read (0 there: neither an ISeq method nor a C function)
+    uint32_t def_read       # inner is read (0 there: an ISeq method whose ISeq is 0)
 
 cdef struct Job:            # one thread being read in this tick
     uint32_t slot

@@ -223,19 +223,29 @@ cdef class Walk(Reads):
         return t
 
     cdef int me_disagrees(self, uint64_t iseq, uint64_t me) noexcept nogil:
-        """1 when the method entry found for a Ruby frame of `iseq` cannot be that frame's: an ISeq
-        method whose definition's ISeq is not the frame's local ISeq (the method's own, for the method
-        and its blocks, rescues, ensures and evals); or a C function's entry on a frame of a method's
-        ISeq (the env words of a C call that stood at the same depth: seen in rubocop, a bare label).
-        Methods of other kinds (define_method, aliases, refinements...) and ISeqs or entries that
-        cannot be read are not checked (0)."""
+        """1 when the method entry found for a Ruby frame of `iseq` (0: none found) cannot be that
+        frame's. A frame of a method's ISeq always has its method's entry (Ruby calls a `def` method
+        with its resolved entry: an alias's, a refinement's or a zsuper's original, an ISeq method),
+        so on such a frame: no entry (env words read while another frame stood there: rubocop showed
+        methods without their class), or an entry of another kind (a C function's or a
+        define_method's: the env words of a call that stood at the same depth), or an ISeq method
+        whose definition's ISeq is not the frame's. On the other frames (blocks, rescues, ensures,
+        evals: theirs is the local env's entry) an ISeq method whose definition's ISeq is not the
+        frame's local ISeq. Methods of other kinds and entries that cannot be read are not checked
+        there (0), nor is an ISeq not read yet."""
         cdef const IseqEnt *e = self.iseq_lookup(iseq)
         cdef TypeEnt *t
         cdef uint8_t mb[ME_SPAN]
         cdef uint8_t db[64]
         cdef uint64_t d, di = 0
         cdef uint32_t span, kind
-        if e == NULL or e.local_iseq == 0 or self.L.def_iseq == LAYOUT_NA:
+        cdef int of_method
+        if e == NULL:
+            return 0
+        of_method = e.type == self.L.iseq_type_method
+        if me == 0:
+            return of_method
+        if e.local_iseq == 0 or self.L.def_iseq == LAYOUT_NA:
             return 0
         t = <TypeEnt *>sdb_intern_find_u64(&self.types, sdb_mix64(me), me)
         if t != NULL and t.def_read:
@@ -250,13 +260,13 @@ cdef class Walk(Reads):
             kind = (db[self.L.def_type] >> self.L.def_type_shift) & self.L.def_type_mask
             if kind == self.L.method_type_iseq:
                 di = u64_at(db, self.L.def_iseq)
-            elif kind == self.L.method_type_cfunc:
-                di = INNER_CFUNC
+            else:
+                di = INNER_NOT_ISEQ
             if t != NULL:
                 t.inner = di
                 t.def_read = 1
-        if di == INNER_CFUNC:
-            return e.type == self.L.iseq_type_method
+        if di == INNER_NOT_ISEQ:
+            return of_method
         return di != 0 and di != e.local_iseq
 
     cdef uint64_t env_me(self, const Job *job, const uint64_t *epd) noexcept nogil:
@@ -516,7 +526,7 @@ cdef class Walk(Reads):
                     # pc 0, no line (Ruby itself gives YJIT's top frame line 0)
                     f.pc = 0
                     self.yjit_pcs += 1
-                if f.me != 0 and self.me_disagrees(f.iseq, f.me):
+                if self.me_disagrees(f.iseq, f.me):
                     # the entry is another call's: the env words were read after the frame was
                     # replaced by one of the same shape (same depth, same ep), or the memo kept an
                     # older read's. Read again, every env walked anew
