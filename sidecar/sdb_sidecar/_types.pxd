@@ -132,7 +132,7 @@ cdef struct TypeEnt:        # a method entry seen in a frame (first sight read, 
     uint64_t addr           # the value: the key in the intern table (first, as sdb_intern_find_u64 wants)
     uint64_t inner          # the ISeq of its definition (an ISeq method), else INNER_NOT_ISEQ, once def_read
     uint32_t type           # IMEMO_* (imemo_ment: the only kind kept)
-    uint32_t def_read       # inner is read (0 there: an ISeq method whose ISeq is 0)
+    uint32_t def_read       # 1: inner is read (inner 0 then: an ISeq method whose definition holds no ISeq)
 
 cdef struct Job:            # one thread being read in this tick
     uint32_t slot
