@@ -333,16 +333,19 @@ class EbpfSymbolizer:
         forgotten for moves. A pause
         whose start `sync` already recorded (the probes had stopped themselves) keeps that start."""
         g = self._governor
+        announced = False
         with self._pause_lock:
             self._paused = True
             if self._stop_recorded:
                 self._stop_recorded = False
                 start_ns = self.pauses[-1][0]
+                announced = True                # sync sent its record
             else:
                 start_ns = start_ns or time.monotonic_ns()
                 self.pauses.append([start_ns, None])
         self._paused_changed()
-        self._to_all({"kind": "pause", "at_ns": start_ns, "rate": round(g.rate), "backoff_s": g.backoff})
+        if not announced:
+            self._to_all({"kind": "pause", "at_ns": start_ns, "rate": round(g.rate), "backoff_s": g.backoff})
         self._detach_creators()
         self._bpf.ring_buffer_consume()          # the events born before the probes were gone
         for t in self.targets.values():
@@ -443,6 +446,11 @@ class EbpfSymbolizer:
                             self.pauses.append([stopped_at, None])
                             self._stop_recorded = True
                         self._paused_changed()
+                        # its record now, not when the governor gets to pause: a recording that
+                        # ends first (the last sync is close's) counted a pause its trace lacked,
+                        # and the names given before it were taken after its start
+                        self._to_all({"kind": "pause", "at_ns": stopped_at, "rate": round(self._governor.rate),
+                                      "backoff_s": self._governor.backoff})
             finally:
                 self._syncing = False
 
