@@ -527,9 +527,9 @@ cdef class Walk(Reads):
                     f.pc = 0
                     self.yjit_pcs += 1
                 if self.me_disagrees(f.iseq, f.me):
-                    # the entry is another call's: the env words were read after the frame was
-                    # replaced by one of the same shape (same depth, same ep), or the memo kept an
-                    # older read's. Read again, every env walked anew
+                    # the entry (or its absence) is another call's: the env words were read after
+                    # the frame was replaced at the same depth, or the memo kept an older read's.
+                    # Read again, every env walked anew
                     c.nmemo = 0
                     return R_TORN
                 self.note_me(f.me, job.lo_ns)

@@ -331,8 +331,8 @@ class EbpfSymbolizer:
         born from start_ns (now, or when the probes stopped themselves) are named by remote reads;
         what eBPF named before may be gone and its address reused unseen, so every such address is
         forgotten for moves. A pause
-        whose start `sync` already recorded (the probes had stopped themselves) keeps that start."""
-        g = self._governor
+        whose start `sync` already recorded (the probes had stopped themselves) keeps that start, and
+        the record `sync` sent for it."""
         announced = False
         with self._pause_lock:
             self._paused = True
@@ -345,11 +345,16 @@ class EbpfSymbolizer:
                 self.pauses.append([start_ns, None])
         self._paused_changed()
         if not announced:
-            self._to_all({"kind": "pause", "at_ns": start_ns, "rate": round(g.rate), "backoff_s": g.backoff})
+            self._announce_pause(start_ns)
         self._detach_creators()
         self._bpf.ring_buffer_consume()          # the events born before the probes were gone
         for t in self.targets.values():
             t.known.clear()
+
+    def _announce_pause(self, start_ns: int) -> None:
+        """Every process's `pause` record (once per pause: `sync` or `_pause`, whichever saw it first)."""
+        g = self._governor
+        self._to_all({"kind": "pause", "at_ns": start_ns, "rate": round(g.rate), "backoff_s": g.backoff})
 
     def _to_all(self, record: dict) -> None:
         for t in list(self.targets.values()):
@@ -449,8 +454,7 @@ class EbpfSymbolizer:
                         # its record now, not when the governor gets to pause: a recording that
                         # ends first (the last sync is close's) counted a pause its trace lacked,
                         # and the names given before it were taken after its start
-                        self._to_all({"kind": "pause", "at_ns": stopped_at, "rate": round(self._governor.rate),
-                                      "backoff_s": self._governor.backoff})
+                        self._announce_pause(stopped_at)
             finally:
                 self._syncing = False
 
