@@ -12,7 +12,7 @@ import signal
 
 import pytest
 
-from conftest import ebpf_missing, read_trace, samples_so_far, wait_for
+from conftest import ebpf_attached_so_far, ebpf_missing, read_trace, samples_so_far, wait_for
 from sdb_symbolize.labels import LABELS_RUBY
 from sdb_symbolize.resolve import Resolver
 from sdb_trace import iter_samples
@@ -29,9 +29,14 @@ def test_a_callee_whose_calls_are_shorter_than_a_copy_keeps_its_half_of_the_samp
     # in the same loop of its own
     target = ruby_target("callee_share.rb", "20", "600", "sdb")
     trace = tmp_path / "trace.msgpack"
-    # WHEN it is recorded (eBPF on: in-context reads) until 6,000 samples are in
+    # WHEN it is recorded (eBPF on: in-context reads) until 6,000 samples are in after the reads
+    # (attached before the symbolizer's record; bcc's compile takes seconds, a minute on a loaded
+    # machine, and the sampler does not wait for it)
     sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(trace), "--duration", "600", "-q")
-    wait_for(lambda: samples_so_far(trace) >= 6_000 or sidecar.poll() is not None, 300, what="6,000 samples")
+    wait_for(lambda: ebpf_attached_so_far(trace) or sidecar.poll() is not None, 300, what="eBPF attached")
+    assert sidecar.poll() is None, sidecar.communicate()[1]
+    n0 = samples_so_far(trace)
+    wait_for(lambda: samples_so_far(trace) >= n0 + 6_000 or sidecar.poll() is not None, 300, what="6,000 samples")
     sidecar.send_signal(signal.SIGINT)
     _, err = sidecar.communicate(timeout=60)
     assert sidecar.returncode == 0, err
