@@ -8,28 +8,26 @@ from conftest import read_trace, run_symbolize, samples_so_far, stderr_lines, wa
 
 
 def recording_one_second_in(ruby_target, sidecar_process, tmp_path):
-    """Start parked.rb and a 5 s recording of it; return (target, sidecar, trace path) ~1 s after
-    the first samples reached the trace."""
+    """Start parked.rb and a recording of it asked for 600 s (it cannot end by itself during the test,
+    however slow a loaded machine makes it); return (target, sidecar, trace path) ~1 s after the first
+    samples reached the trace."""
     target = ruby_target("parked.rb")
     out = tmp_path / "trace.msgpack"
-    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-d", "5", "-o", str(out), "--quiet")
-    wait_for(lambda: samples_so_far(out) > 0 or sidecar.poll() is not None, 10, what="the first samples")
+    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-d", "600", "-o", str(out), "--quiet")
+    wait_for(lambda: samples_so_far(out) > 0 or sidecar.poll() is not None, 60, what="the first samples")
     time.sleep(1.0)
     assert sidecar.poll() is None, sidecar.communicate()
     return target, sidecar, out
 
 
 def test_target_killed_mid_recording_ends_trace_with_target_exited(ruby_target, sidecar_process, tmp_path):
-    # GIVEN a 5 s recording of a running program, ~1 s in
+    # GIVEN a 600 s recording of a running program, ~1 s in
     target, sidecar, out = recording_one_second_in(ruby_target, sidecar_process, tmp_path)
     # WHEN the target is SIGKILLed
     target.kill()
-    killed_at = time.monotonic()
-    _, stderr = sidecar.communicate(timeout=10)
-    took = time.monotonic() - killed_at
-    # THEN the sidecar exits 0 promptly (not at the end of its 5 s)
+    # THEN the sidecar exits 0 on the target's exit, not at the end of its 600 s
+    _, stderr = sidecar.communicate(timeout=120)
     assert sidecar.returncode == 0, stderr
-    assert took < 2.0, f"the sidecar took {took:.1f} s to notice the target's exit"
     # AND the trace's end record says why
     trace = read_trace(out)
     assert trace.end is not None, "no end record"
@@ -44,11 +42,11 @@ def test_target_killed_mid_recording_ends_trace_with_target_exited(ruby_target, 
 
 def test_sidecar_killed_mid_recording_leaves_a_trace_symbolize_reads_with_a_warning(
         ruby_target, sidecar_process, tmp_path):
-    # GIVEN a 5 s recording of a running program, ~1 s in
+    # GIVEN a 600 s recording of a running program, ~1 s in
     target, sidecar, out = recording_one_second_in(ruby_target, sidecar_process, tmp_path)
     # WHEN the sidecar is SIGKILLed
     sidecar.send_signal(signal.SIGKILL)
-    sidecar.wait(timeout=10)
+    sidecar.wait(timeout=60)
     # THEN the target is unharmed
     assert target.alive()
     # AND sdb-symbolize reads the partial trace: exit 0, one warning line saying it was cut short
