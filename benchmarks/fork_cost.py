@@ -16,6 +16,8 @@ own cost. The target is judged on the plain loop."""
 from __future__ import annotations
 
 import glob
+import os
+import re
 import tempfile
 
 import common
@@ -39,12 +41,18 @@ def run(cfg) -> str:
     def ours() -> set:
         return set(glob.glob("/dev/shm/sdb-*") + glob.glob("/dev/shm/.sdb-spare-*"))
 
+    def maker_gone(path: str) -> bool:
+        """A registry (sdb-<pid>) or spare (.sdb-spare-<pid>-<n>) whose process is gone: left behind.
+        One of a process still running is another program's (a test run beside this one)."""
+        m = re.match(r"(?:sdb-|\.sdb-spare-)(\d+)", os.path.basename(path))
+        return m is None or not os.path.exists(f"/proc/{m.group(1)}")
+
     before = ours()
     raws = {}
     with tempfile.TemporaryDirectory(prefix="sdb-bench-") as tmp:
         for workload, _ in WORKLOADS:
             raws[workload] = cpu_micro.interleave(cfg, CONFIGS, workload, size, rounds, tmp)
-    left = sorted(ours() - before)
+    left = sorted(p for p in ours() - before if maker_gone(p))
     rows, tables = [], []
     for workload, title in WORKLOADS:
         table = []

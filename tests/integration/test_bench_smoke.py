@@ -19,7 +19,7 @@ MICRO_CONFIGS = ["none", "gem", "sdb 1 kHz", "sdb 10 kHz", "sdb 100 kHz", "stack
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    r = run_bench_quick(out, "rails_overhead", "cpu_micro", timeout=170, extra=("--profiles", str(out / "profiles")))
+    r = run_bench_quick(out, "rails_overhead", "cpu_micro", timeout=600, extra=("--profiles", str(out / "profiles")))
     return r, out
 
 
@@ -88,7 +88,7 @@ def test_cpu_micro_runs_every_configuration(quick_run):
 def test_fork_cost_runs_every_configuration_and_leaves_no_registry(tmp_path):
     # GIVEN the fork benchmark in its quick form (200 x fork { exit!(0) } + wait per configuration,
     # plainly and with malloc's fastbins consolidated before each fork)
-    run_bench_quick(tmp_path, "fork_cost", timeout=170)
+    run_bench_quick(tmp_path, "fork_cost", timeout=600)
     with open(tmp_path / "fork_cost-quick.json") as f:
         doc = json.load(f)
     # THEN every configuration of both loops forked, the attached sidecar sampled, and the children's
