@@ -18,6 +18,11 @@ RETRIES = 10
 RETRY_WAIT_S = 0.1          # the wait before the second retry; the first is at the next sight
 RETRY_WAIT_MAX_S = 5.0
 GIVEN_UP = -1
+# A read of an ISeq that failed on what passes (its name's strings moved by GC compaction while they
+# were read, memory half written) is tried again at the next drains, for at most this long, before
+# the ISeq is written (unknown): until then its samples wait for their name, none goes unnamed for a
+# compaction. Not an ISeq replaced at the address: that read names nothing, at once.
+READ_AGAIN_NS = 500_000_000
 
 # the name of a sampled ISeq that was gone before it could be read (without eBPF to name it at birth)
 UNKNOWN_ISEQ = {"label": "(unknown)", "base_label": "(unknown)", "path": "", "realpath": None, "first_line": 0,
@@ -63,6 +68,8 @@ class Drainer:
         self.cut: Optional[dict] = None     # the sampler's counters at the last drain(reset=True)
         self.births: dict = {}      # addr -> [(at_ns, name or None, instructions)], eBPF births, oldest first
         self.to_read: list = []     # [(addr, lo_ns, instructions)]: ISeqs to name by reading the target
+        self.read_again: list = []  # [(addr, lo_ns, instructions, first read's ns)]: reads that
+                                    # failed on what passes, tried again at the next drain (READ_AGAIN_NS)
         self.ebpf_announced = False     # the trace's ebpf_attached record is written
         self.kernel_view_ns = 0         # when the sampler began to use the kernel view (session.EbpfHub)
         self.kernel_view_announced = False
@@ -138,11 +145,15 @@ class Drainer:
             self.ebpf.sync()
             self.drain_ebpf()
 
-    def name_remotely(self) -> None:
-        """Name the ISeqs in to_read by reading them (see the class's docstring)."""
-        reads, self.to_read = self.to_read, []
+    def name_remotely(self, final: bool = False) -> None:
+        """Name the ISeqs in to_read by reading them (see the class's docstring); a read that failed on
+        what passes is tried again at the next drains (read_again), or at once for the last time
+        (final: the recording or its file ends, or a snapshot names what it has now)."""
+        now = _sampler.monotonic_ns()
+        reads = [(addr, lo, encoded, now) for addr, lo, encoded in self.to_read] + self.read_again
+        self.to_read, self.read_again = [], []
         done = []
-        for addr, lo, encoded in reads:
+        for addr, lo, encoded, first_read in reads:
             if self.named_at_birth(addr, lo, encoded):
                 continue
             if addr not in self.in_file and self.name_holds(addr, lo):
@@ -153,12 +164,17 @@ class Drainer:
                 self.writer.iseq(addr, at_ns=at_ns, source="restated", **info)
                 continue
             self.remote.forget(addr)
+            replaced = False
             try:
                 if encoded and self.remote.u64(self.remote.iseq_body(addr) + self.remote.L["body_iseq_encoded"],
                                                "ISeq instructions") != encoded:
+                    replaced = True
                     raise RemoteReadError(f"ISeq 0x{addr:x} was replaced before it was read")
                 info = self.remote.iseq_info(addr)
             except RemoteReadError:
+                if not (final or replaced) and now - first_read < READ_AGAIN_NS:
+                    self.read_again.append((addr, lo, encoded, first_read))
+                    continue
                 self.symbol_errors += 1
                 info = None
             done.append((addr, lo, info, _sampler.monotonic_ns()))
@@ -201,10 +217,11 @@ class Drainer:
             elif kind == "resume":
                 self.writer.ebpf_resume(ev["at_ns"])
 
-    def drain(self, reset: bool = False) -> dict:
+    def drain(self, reset: bool = False, final: bool = False) -> dict:
         """What the sampler gathered, into records. reset: the sampler starts over at once (frame and
         stack ids from 0, every ISeq and method entry new again): the records after it go to a new
-        trace file (rotation; `restate` writes what that file needs first)."""
+        trace file (rotation; `restate` writes what that file needs first). reset or final: every
+        ISeq it showed is named now or written (unknown), none left to read again."""
         d = self.sampler.drain(encode_samples=True, reset=reset)
         self.cut = d.get("cut")         # reset: the sampler's counters at the cut
         w = self.writer
@@ -226,7 +243,7 @@ class Drainer:
                 w.thread(ev["serial"], ev["tid"], ev["name"], ev["start_ns"], ev["flags"], ev["at_ns"])
         for (addr, lo), encoded in zip(d["new_iseqs"], d["new_iseq_encoded"]):
             self.to_read.append((addr, lo, encoded))
-        self.name_remotely()
+        self.name_remotely(final=reset or final)
         for me, at_ns, definition, klass in d["new_mes"]:
             try:
                 m = self.remote.method_info(me, expect=(definition, klass) if definition else None)

@@ -364,7 +364,7 @@ class Session:
         """One tick in this thread and its drain (snapshot); False when the target cannot be read."""
         if not self.sampler.sample_once():
             return False
-        self.drainer.drain()
+        self.drainer.drain(final=True)
         return True
 
     def running(self) -> bool:
@@ -421,7 +421,7 @@ class Session:
         unmapped, the wake-up closed; each only once nothing can use it any more."""
         if self.symbolizer is not None:
             self.drainer.sync_ebpf()            # its last births written ...
-            self.drainer.name_remotely()        # ... and what is left named, while the probes are in
+        self.drainer.name_remotely(final=True)  # ... and what is left named, while the probes are in
         if self.hub is not None:
             self.hub.leave(self)
             if self.own_hub:

@@ -1,0 +1,117 @@
+"""The Drainer's reads of ISeq names (sdb_sidecar.drainer.Drainer.name_remotely) against a made-up target
+whose reads fail as a GC compaction makes them fail: a read that fails on what passes is read again at
+the next drains and names the sample's ISeq from the sample's own window; one that keeps failing, or an
+ISeq replaced at the address, is written (unknown) and counted; the last read of a recording is final."""
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from sdb_sidecar import drainer
+from sdb_sidecar.drainer import UNKNOWN_ISEQ, Drainer
+from sdb_sidecar.symbols import RemoteReadError
+
+pytestmark = pytest.mark.once
+A = 0x7f0000001000
+INSTRUCTIONS = 0x5550000
+NAME = {"label": "block in <main>", "base_label": "<main>", "path": "/app/soak.rb", "realpath": "/app/soak.rb",
+        "first_line": 79, "type": 2}
+
+
+class Remote:
+    """The target as RemoteRuby reads it: the ISeq at A runs INSTRUCTIONS; its name's first `failures`
+    reads fail (its strings moved while they were read)."""
+
+    def __init__(self, failures: int, instructions: int = INSTRUCTIONS):
+        self.failures = failures
+        self.instructions = instructions
+        self.L = {"body_iseq_encoded": 8}
+        self.reads = 0
+
+    def forget(self, addr):
+        pass
+
+    def iseq_body(self, addr):
+        return addr + 0x100
+
+    def u64(self, addr, what):
+        return self.instructions
+
+    def iseq_info(self, addr):
+        self.reads += 1
+        if self.reads <= self.failures:
+            raise RemoteReadError(f"ISeq 0x{addr:x}: its name's objects moved while they were read")
+        return dict(NAME)
+
+
+class Writer:
+    def __init__(self):
+        self.iseqs = []
+
+    def iseq(self, addr, at_ns, source, **info):
+        self.iseqs.append((addr, at_ns, source, info))
+
+
+def drainer_over(remote: Remote) -> Drainer:
+    registry = SimpleNamespace(layout={}, span_head=lambda: 0, span_count=0)
+    target = SimpleNamespace(registry=registry, info={"created_mono_ns": 0})
+    sampler = SimpleNamespace(read_memory=None, forget_names=lambda iseqs, mes: None)
+    d = Drainer(target, sampler, Writer())
+    d.remote = remote
+    return d
+
+
+def test_a_read_spoiled_by_a_compaction_is_read_again_and_names_the_sample_from_its_own_window():
+    # GIVEN a sample that showed the ISeq at A first, copied from lo on, whose first read fails
+    d = drainer_over(Remote(failures=1))
+    lo = 123_456_789
+    d.to_read.append((A, lo, INSTRUCTIONS))
+    # WHEN the Drainer names it at one drain, then at the next
+    d.name_remotely()
+    written_first = list(d.writer.iseqs)
+    d.name_remotely()
+    # THEN nothing is written at the first (no (unknown) for the samples until the next drain), and
+    # the second writes its name from the sample's window, counting no error and no unnamed ISeq
+    assert written_first == []
+    assert d.writer.iseqs == [(A, lo, "remote", NAME)]
+    assert (d.symbol_errors, d.unnamed_iseqs, d.read_again) == (0, 0, [])
+
+
+def test_a_read_that_fails_for_longer_than_the_allowance_is_written_unknown_and_counted(monkeypatch):
+    # GIVEN an ISeq whose reads always fail, and a read-again allowance of 1 ms
+    monkeypatch.setattr(drainer, "READ_AGAIN_NS", 1_000_000)
+    d = drainer_over(Remote(failures=10**9))
+    d.to_read.append((A, 5, INSTRUCTIONS))
+    d.name_remotely()
+    assert d.writer.iseqs == []
+    # WHEN it is read again after the allowance
+    time.sleep(0.002)
+    d.name_remotely()
+    # THEN it is written (unknown) from the sample's window, counted as an error and an unnamed ISeq
+    assert d.writer.iseqs == [(A, 5, "remote", UNKNOWN_ISEQ)]
+    assert (d.symbol_errors, d.unnamed_iseqs, d.read_again) == (1, 1, [])
+
+
+def test_an_iseq_replaced_at_the_address_is_written_unknown_at_once():
+    # GIVEN a sample that saw other instructions at A than the ISeq there now runs
+    d = drainer_over(Remote(failures=0, instructions=INSTRUCTIONS + 0x40))
+    d.to_read.append((A, 7, INSTRUCTIONS))
+    # WHEN it is named
+    d.name_remotely()
+    # THEN no read again: the sample's ISeq is gone, its frame (unknown)
+    assert d.writer.iseqs == [(A, 7, "remote", UNKNOWN_ISEQ)]
+    assert (d.unnamed_iseqs, d.read_again) == (1, [])
+
+
+def test_the_last_read_of_a_recording_is_final():
+    # GIVEN a read that failed and waits for the next drain
+    d = drainer_over(Remote(failures=2))
+    d.to_read.append((A, 9, INSTRUCTIONS))
+    d.name_remotely()
+    # WHEN the recording (or its file) ends: the last read, which fails too
+    d.name_remotely(final=True)
+    # THEN the ISeq is written (unknown) now, nothing is left to read
+    assert d.writer.iseqs == [(A, 9, "remote", UNKNOWN_ISEQ)]
+    assert d.read_again == []
