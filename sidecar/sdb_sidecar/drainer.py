@@ -145,14 +145,27 @@ class Drainer:
             self.ebpf.sync()
             self.drain_ebpf()
 
+    def read_iseq(self, addr: int, encoded: int) -> tuple:
+        """The name of the ISeq at addr, read from the target: (its info or None, whether another ISeq
+        than the sample's is there (other instructions), when it was read)."""
+        self.remote.forget(addr)
+        try:
+            if encoded and self.remote.u64(self.remote.iseq_body(addr) + self.remote.L["body_iseq_encoded"],
+                                           "ISeq instructions") != encoded:
+                return None, True, _sampler.monotonic_ns()
+            return self.remote.iseq_info(addr), False, _sampler.monotonic_ns()
+        except RemoteReadError:
+            return None, False, _sampler.monotonic_ns()
+
     def name_remotely(self, final: bool = False) -> None:
         """Name the ISeqs in to_read by reading them (see the class's docstring); a read that failed on
         what passes is tried again at the next drains (read_again), or at once for the last time
         (final: the recording or its file ends, or a snapshot names what it has now)."""
         now = _sampler.monotonic_ns()
-        reads = [(addr, lo, encoded, now) for addr, lo, encoded in self.to_read] + self.read_again
+        reads = self.read_again + [(addr, lo, encoded, now) for addr, lo, encoded in self.to_read]
         self.to_read, self.read_again = [], []
         done = []
+        read: dict = {}     # (addr, instructions) -> (info or None, replaced, read_ns): one read each
         for addr, lo, encoded, first_read in reads:
             if self.named_at_birth(addr, lo, encoded):
                 continue
@@ -163,21 +176,15 @@ class Drainer:
                 self.in_file.add(addr)
                 self.writer.iseq(addr, at_ns=at_ns, source="restated", **info)
                 continue
-            self.remote.forget(addr)
-            replaced = False
-            try:
-                if encoded and self.remote.u64(self.remote.iseq_body(addr) + self.remote.L["body_iseq_encoded"],
-                                               "ISeq instructions") != encoded:
-                    replaced = True
-                    raise RemoteReadError(f"ISeq 0x{addr:x} was replaced before it was read")
-                info = self.remote.iseq_info(addr)
-            except RemoteReadError:
+            if (addr, encoded) not in read:
+                read[(addr, encoded)] = self.read_iseq(addr, encoded)
+            info, replaced, read_ns = read[(addr, encoded)]
+            if info is None:
                 if not (final or replaced) and now - first_read < READ_AGAIN_NS:
                     self.read_again.append((addr, lo, encoded, first_read))
                     continue
                 self.symbol_errors += 1
-                info = None
-            done.append((addr, lo, info, _sampler.monotonic_ns()))
+            done.append((addr, lo, info, read_ns))
         if not done:
             return
         self.sync_ebpf()        # births until after the reads

@@ -115,3 +115,17 @@ def test_the_last_read_of_a_recording_is_final():
     # THEN the ISeq is written (unknown) now, nothing is left to read
     assert d.writer.iseqs == [(A, 9, "remote", UNKNOWN_ISEQ)]
     assert d.read_again == []
+
+
+def test_an_iseq_sampled_again_while_its_read_waits_is_read_once_a_drain_and_named_for_both_windows():
+    # GIVEN an ISeq whose first read failed, shown again by a later sample (the sampler names every ISeq
+    # anew at each drain during an eBPF pause) while its read waits
+    d = drainer_over(Remote(failures=1))
+    d.to_read.append((A, 10, INSTRUCTIONS))
+    d.name_remotely()
+    d.to_read.append((A, 20, INSTRUCTIONS))
+    # WHEN the next drain names them
+    d.name_remotely()
+    # THEN one read names both samples' ISeq, each from its own window
+    assert d.remote.reads == 2
+    assert d.writer.iseqs == [(A, 10, "remote", NAME), (A, 20, "remote", NAME)]
