@@ -41,7 +41,9 @@ class Drainer:
     attached all that time says so); if one was, the read named its successor and the sample's
     ISeq is `(unknown)`. Without eBPF (or across one of its pauses) births are not seen: a read
     that finds other instructions at the address names nothing; one that finds the same is taken
-    (`unproven` counts those)."""
+    (`unproven` counts those). A read that fails on what passes (a compaction moving the name's
+    strings) is read again at the next drains, with the same window, before the ISeq is written
+    (unknown) (`read_again`, READ_AGAIN_NS)."""
 
     BIRTHS_KEPT = 4     # per address: enough for the births since any pending read's `lo`
 

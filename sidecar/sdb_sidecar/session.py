@@ -421,7 +421,7 @@ class Session:
         unmapped, the wake-up closed; each only once nothing can use it any more."""
         if self.symbolizer is not None:
             self.drainer.sync_ebpf()            # its last births written ...
-        self.drainer.name_remotely(final=True)  # ... and what is left named, while the probes are in
+        self.drainer.name_remotely(final=True)  # ... and what is left read for the last time (the probes in)
         if self.hub is not None:
             self.hub.leave(self)
             if self.own_hub:
