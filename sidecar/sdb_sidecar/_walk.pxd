@@ -49,6 +49,7 @@ cdef class Walk(Reads):
         return 0
 
     cdef int me_disagrees(self, uint64_t iseq, uint64_t me) noexcept nogil
+    cdef uint64_t me_def_iseq(self, uint64_t me) noexcept nogil
     cdef uint64_t env_me(self, const Job *job, const uint64_t *epd) noexcept nogil
     cdef void find_mes(self, Job *job) noexcept nogil
     cdef int read_and_walk(self, uint32_t first, uint32_t n) noexcept nogil

@@ -234,40 +234,50 @@ cdef class Walk(Reads):
         frame's local ISeq. Methods of other kinds and entries that cannot be read are not checked
         there (0), nor is an ISeq not read yet."""
         cdef const IseqEnt *e = self.iseq_lookup(iseq)
-        cdef TypeEnt *t
-        cdef uint8_t mb[ME_SPAN]
-        cdef uint8_t db[64]
-        cdef uint64_t d, di = 0
-        cdef uint32_t span, kind
+        cdef uint64_t di
         cdef int of_method
         if e == NULL:
             return 0
         of_method = e.type == self.L.iseq_type_method
         if me == 0:
             return of_method
-        if e.local_iseq == 0 or self.L.def_iseq == LAYOUT_NA:
+        if e.local_iseq == 0:
             return 0
-        t = <TypeEnt *>sdb_intern_find_u64(&self.types, sdb_mix64(me), me)
-        if t != NULL and t.def_read:
-            di = t.inner
-        else:
-            span = (self.L.def_iseq if self.L.def_iseq > self.L.def_type else self.L.def_type) + 8
-            if span > 64 or self.read1(me, mb, ME_SPAN) != ME_SPAN:
-                return 0
-            d = u64_at(mb, self.L.me_def)
-            if d == 0 or self.read1(d, db, span) != span:
-                return 0
-            kind = (db[self.L.def_type] >> self.L.def_type_shift) & self.L.def_type_mask
-            if kind == self.L.method_type_iseq:
-                di = u64_at(db, self.L.def_iseq)
-            else:
-                di = INNER_NOT_ISEQ
-            if t != NULL:
-                t.inner = di
-                t.def_read = 1
+        di = self.me_def_iseq(me)
         if di == INNER_NOT_ISEQ:
             return of_method
         return di != 0 and di != e.local_iseq
+
+    cdef uint64_t me_def_iseq(self, uint64_t me) noexcept nogil:
+        """What the method entry at `me` runs: its definition's ISeq for a `def` method, INNER_NOT_ISEQ
+        for any other kind (a C function's, a define_method's), 0 when it cannot be read (or this Ruby's
+        row has no definition ISeq). Read once per entry (a defined method's entry lives as long as
+        its method)."""
+        cdef TypeEnt *t
+        cdef uint8_t mb[ME_SPAN]
+        cdef uint8_t db[64]
+        cdef uint64_t d, di
+        cdef uint32_t span, kind
+        if self.L.def_iseq == LAYOUT_NA:
+            return 0
+        t = <TypeEnt *>sdb_intern_find_u64(&self.types, sdb_mix64(me), me)
+        if t != NULL and t.def_read:
+            return t.inner
+        span = (self.L.def_iseq if self.L.def_iseq > self.L.def_type else self.L.def_type) + 8
+        if span > 64 or self.read1(me, mb, ME_SPAN) != ME_SPAN:
+            return 0
+        d = u64_at(mb, self.L.me_def)
+        if d == 0 or self.read1(d, db, span) != span:
+            return 0
+        kind = (db[self.L.def_type] >> self.L.def_type_shift) & self.L.def_type_mask
+        if kind == self.L.method_type_iseq:
+            di = u64_at(db, self.L.def_iseq)
+        else:
+            di = INNER_NOT_ISEQ
+        if t != NULL:
+            t.inner = di
+            t.def_read = 1
+        return di
 
     cdef uint64_t env_me(self, const Job *job, const uint64_t *epd) noexcept nogil:
         """The method entry for a frame whose env words (ep[-2..0] in Ruby 3.1-4.0) are epd[0..]."""
@@ -399,7 +409,7 @@ cdef class Walk(Reads):
         cdef FrameEnt *f
         cdef const uint64_t *epd
         cdef int same, ck, in_gc, have, flags_and_ec
-        cdef uint64_t gc_word, running_ec
+        cdef uint64_t gc_word, running_ec, def_iseq
         # the copy window as the trace keeps it, in whole us back from `now` (rounded out): names
         # first read for this sample hold from exactly the window's start the trace will show
         job.lo_ns = now - (now - job.lo_ns + 999) // 1000 * 1000 if now > job.lo_ns else now
@@ -534,6 +544,14 @@ cdef class Walk(Reads):
                     return R_TORN
                 self.note_me(f.me, job.lo_ns)
             elif f.kind == KIND_CFUNC:
+                def_iseq = self.me_def_iseq(f.me)
+                if def_iseq != 0 and def_iseq != INNER_NOT_ISEQ:
+                    # a `def` method's entry in a C function's frame: Ruby pushes a C frame only
+                    # with its C method's entry (vm_call_cfunc_with_frame), so these env words are
+                    # another call's, read while the frame at this depth was replaced (make_beta's
+                    # frame read as a C frame with make_alpha's entry, 3.1 --yjit under load)
+                    c.nmemo = 0
+                    return R_TORN
                 self.note_me(f.me, job.lo_ns)
             fid = self.intern_frame(f)
             if fid < 0:

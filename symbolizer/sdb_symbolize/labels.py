@@ -43,6 +43,10 @@ def full_label(kind: int, iseq: Optional[dict], method: Optional[dict], labels: 
     ensure frame of a method is the method's qualified name alone (`Foo#bar`: rb_profile_frames hands
     such a frame its method's entry), as stackprof and OpenTelemetry profiles show it."""
     if kind == KIND_CFUNC:
+        # a `def` method's entry in a C function's frame is another frame's (Ruby pushes a C frame
+        # only with its C method's entry): unnamed, never that method's name
+        if method and method.get("type") == METHOD_ISEQ:
+            return "(C function)"
         return qualified_name(method) or "(C function)"
     if kind == KIND_GC:
         return GC_LABEL

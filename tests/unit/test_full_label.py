@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from sdb_symbolize.labels import LABELS_RUBY, full_label
-from sdb_trace import KIND_RUBY, METHOD_ISEQ
+from sdb_trace import KIND_CFUNC, KIND_RUBY, METHOD_CFUNC, METHOD_ISEQ
 
 pytestmark = pytest.mark.once
 
@@ -43,3 +43,12 @@ def test_ruby_profile_frames_labels_name_a_methods_blocks_after_the_method_alone
     # AND another method's entry still never lends its name
     assert full_label(KIND_RUBY, iseq("block in in_stock?", "in_stock?", 2), PRICE, LABELS_RUBY) == \
         "block in in_stock?"
+
+
+def test_a_c_functions_frame_with_a_def_methods_entry_is_left_unnamed():
+    # GIVEN a C function's frame whose method entry is a `def` method's (a read while the frame at that
+    # depth changed: the sampler refuses those; a trace from before it did not)
+    # THEN no name: Ruby pushes a C frame only with its C method's entry
+    assert full_label(KIND_CFUNC, None, PRICE) == "(C function)"
+    new = {"name": "new", "type": METHOD_CFUNC, "class_path": "Class", "singleton": False}
+    assert full_label(KIND_CFUNC, None, new) == "Class#new"

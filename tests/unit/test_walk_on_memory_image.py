@@ -6,6 +6,7 @@ Sampler reading that process must make the same frames, stacks and samples, and 
 changed byte makes untrue."""
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import struct
@@ -19,6 +20,7 @@ import memimage  # noqa: E402
 
 IMAGES = sorted((Path(__file__).resolve().parent / "memimage").iterdir())
 KIND_RUBY = 0
+KIND_CFUNC = 1
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                                 reason="no C compiler (cc) to build memimage_host")
@@ -86,4 +88,76 @@ def test_an_iseq_whose_type_tag_changed_is_refused(image, tmp_path):
     assert holders
     assert stats["torn"] == sum(1 for _, s, _ in want["samples"] if s in holders)
     assert all(f[1] != iseq for f in got["frames"])
+    assert len(got["samples"]) == len(want["samples"]) - stats["torn"]
+
+
+
+def image_with(image: Path, tmp_path: Path, writes: dict, regions: dict) -> Path:
+    """A copy of the image with `writes` ({address: 8-byte value}) made in its memory and `regions`
+    ({address: bytes}) added to it."""
+    data = bytearray((image / "image.bin").read_bytes())
+    for target, value in writes.items():
+        at = 8
+        while at < len(data):
+            addr, n = struct.unpack_from("<QQ", data, at)
+            if addr <= target and target + 8 <= addr + n:
+                struct.pack_into("<Q", data, at + 16 + (target - addr), value)
+                break
+            at += 16 + n
+        else:
+            pytest.fail(f"the image does not hold 0x{target:x}")
+    for addr, b in regions.items():
+        data += struct.pack("<QQ", addr, len(b)) + b
+    changed = tmp_path / "changed"
+    changed.mkdir()
+    (changed / "image.bin").write_bytes(bytes(data))
+    shutil.copy(image / "registry.gz", changed / "registry.gz")
+    shutil.copy(image / "about.json", changed / "about.json")
+    return changed
+
+
+def word_at(image: Path, target: int) -> int:
+    data = (image / "image.bin").read_bytes()
+    at = 8
+    while at < len(data):
+        addr, n = struct.unpack_from("<QQ", data, at)
+        if addr <= target and target + 8 <= addr + n:
+            return struct.unpack_from("<Q", data, at + 16 + (target - addr))[0]
+        at += 16 + n
+    pytest.fail(f"the image does not hold 0x{target:x}")
+
+
+def layout_of(image: Path, tmp_path: Path) -> dict:
+    from sdb_sidecar._registry import Registry
+    path = tmp_path / "registry-layout"
+    with gzip.open(image / "registry.gz", "rb") as f:
+        path.write_bytes(f.read())
+    return Registry(str(path)).layout
+
+
+def test_a_c_functions_frame_holding_a_def_methods_entry_is_refused(image, tmp_path):
+    # GIVEN the image with one C function's method entry made a `def` method's (its definition
+    # pointer set to a definition of a Ruby method, of this Ruby's layout): what a C frame shows
+    # when its env words were read while a Ruby method's frame stood at that depth (seen: make_beta's
+    # frame read as a C frame with make_alpha's entry, 3.1 --yjit under load)
+    want = expected(image)
+    L = layout_of(image, tmp_path)
+    defs = {me: d for me, d, _ in want["new_mes"]}
+    cfunc_me = next(me for kind, _, _, me in want["frames"] if kind == KIND_CFUNC)
+    ruby_iseq = next(iseq for kind, iseq, _, _ in want["frames"] if kind == KIND_RUBY)
+    def_at = next(cfunc_me + off for off in range(0, 40, 8) if word_at(image, cfunc_me + off) == defs[cfunc_me])
+    fake_def = 0x7e0000000000                   # a definition of a `def` method, running ruby_iseq
+    definition = bytearray(max(L["def_type"], L["def_iseq"]) + 8)
+    definition[L["def_type"]] = L["method_type_iseq"] << L["def_type_shift"]
+    struct.pack_into("<Q", definition, L["def_iseq"], ruby_iseq)
+    changed = image_with(image, tmp_path, {def_at: fake_def}, {fake_def: bytes(definition)})
+    # WHEN the sampler reads it
+    stats, got = walk(changed, tmp_path)
+    # THEN the threads whose stacks hold that C frame are torn (read twice, refused): no frame carries
+    # the entry; the others are as before
+    holders = {s for s, stack in enumerate(want["stacks"])
+               if any(want["frames"][f][0] == KIND_CFUNC and want["frames"][f][3] == cfunc_me for f in stack)}
+    assert holders
+    assert stats["torn"] == sum(1 for _, s, _ in want["samples"] if s in holders)
+    assert all(f[3] != cfunc_me for f in got["frames"])
     assert len(got["samples"]) == len(want["samples"]) - stats["torn"]
