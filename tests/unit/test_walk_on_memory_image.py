@@ -67,20 +67,8 @@ def test_an_iseq_whose_type_tag_changed_is_refused(image, tmp_path):
     want = expected(image)
     iseq = next(i for kind, i, _, _ in want["frames"] if kind == KIND_RUBY)
     data = bytearray((image / "image.bin").read_bytes())
-    at = 8
-    while at < len(data):
-        addr, n = struct.unpack_from("<QQ", data, at)
-        if addr <= iseq < addr + n:
-            data[at + 16 + (iseq - addr)] ^= 0x1f           # RBasic.flags' low bits: T_IMEMO no more
-            break
-        at += 16 + n
-    else:
-        pytest.fail(f"the image does not hold ISeq 0x{iseq:x}")
-    changed = tmp_path / "changed"
-    changed.mkdir()
-    (changed / "image.bin").write_bytes(bytes(data))
-    shutil.copy(image / "registry.gz", changed / "registry.gz")
-    shutil.copy(image / "about.json", changed / "about.json")
+    data[offset_in(data, iseq, 1)] ^= 0x1f           # RBasic.flags' low bits: T_IMEMO no more
+    changed = changed_image(image, tmp_path, data)
     # WHEN the sampler reads it
     stats, got = walk(changed, tmp_path)
     # THEN the threads whose stacks hold it are torn (read twice, refused), the others as before
@@ -91,23 +79,20 @@ def test_an_iseq_whose_type_tag_changed_is_refused(image, tmp_path):
     assert len(got["samples"]) == len(want["samples"]) - stats["torn"]
 
 
+def offset_in(data: bytes, target: int, size: int = 8) -> int:
+    """Where the `size` bytes at address `target` are in an image file's bytes (regions of
+    address, length, bytes after an 8-byte header)."""
+    at = 8
+    while at < len(data):
+        addr, n = struct.unpack_from("<QQ", data, at)
+        if addr <= target and target + size <= addr + n:
+            return at + 16 + (target - addr)
+        at += 16 + n
+    pytest.fail(f"the image does not hold 0x{target:x}")
 
-def image_with(image: Path, tmp_path: Path, writes: dict, regions: dict) -> Path:
-    """A copy of the image with `writes` ({address: 8-byte value}) made in its memory and `regions`
-    ({address: bytes}) added to it."""
-    data = bytearray((image / "image.bin").read_bytes())
-    for target, value in writes.items():
-        at = 8
-        while at < len(data):
-            addr, n = struct.unpack_from("<QQ", data, at)
-            if addr <= target and target + 8 <= addr + n:
-                struct.pack_into("<Q", data, at + 16 + (target - addr), value)
-                break
-            at += 16 + n
-        else:
-            pytest.fail(f"the image does not hold 0x{target:x}")
-    for addr, b in regions.items():
-        data += struct.pack("<QQ", addr, len(b)) + b
+
+def changed_image(image: Path, tmp_path: Path, data: bytes) -> Path:
+    """An image directory like `image` whose memory is `data`."""
     changed = tmp_path / "changed"
     changed.mkdir()
     (changed / "image.bin").write_bytes(bytes(data))
@@ -116,15 +101,20 @@ def image_with(image: Path, tmp_path: Path, writes: dict, regions: dict) -> Path
     return changed
 
 
+def image_with(image: Path, tmp_path: Path, writes: dict, regions: dict) -> Path:
+    """A copy of the image with `writes` ({address: 8-byte value}) made in its memory and `regions`
+    ({address: bytes}) added to it."""
+    data = bytearray((image / "image.bin").read_bytes())
+    for target, value in writes.items():
+        struct.pack_into("<Q", data, offset_in(data, target), value)
+    for addr, b in regions.items():
+        data += struct.pack("<QQ", addr, len(b)) + b
+    return changed_image(image, tmp_path, data)
+
+
 def word_at(image: Path, target: int) -> int:
     data = (image / "image.bin").read_bytes()
-    at = 8
-    while at < len(data):
-        addr, n = struct.unpack_from("<QQ", data, at)
-        if addr <= target and target + 8 <= addr + n:
-            return struct.unpack_from("<Q", data, at + 16 + (target - addr))[0]
-        at += 16 + n
-    pytest.fail(f"the image does not hold 0x{target:x}")
+    return struct.unpack_from("<Q", data, offset_in(data, target))[0]
 
 
 def layout_of(image: Path, tmp_path: Path) -> dict:
