@@ -42,10 +42,13 @@ $(STAMPS)/venv: pyproject.toml setup.py $(STAMPS)/machine
 	$(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e . > $(BUILD)/pip-install.log 2>&1 || { cat $(BUILD)/pip-install.log; exit 1; }
 	@touch $@
 
-# The Cython sampler, built in place; cythonize and build_ext skip what is up to date.
+# The Cython sampler, built in place; cythonize and build_ext skip what is up to date. Then the
+# sources' bytecode, as a wheel's install writes it (Python reads it even under
+# PYTHONDONTWRITEBYTECODE, and recompiles what changed): each command starts ~30 ms sooner.
 .PHONY: sampler
 sampler: $(STAMPS)/venv
 	@$(PY) setup.py -q build_ext --inplace > $(BUILD)/sampler-build.log 2>&1 || { cat $(BUILD)/sampler-build.log; exit 1; }
+	@$(PY) -m compileall -q sidecar symbolizer
 
 # The gem, built and installed into a project-local GEM_HOME the way a user's `gem install` would.
 $(STAMPS)/gem: $(GEM_SOURCES) Rakefile $(STAMPS)/machine

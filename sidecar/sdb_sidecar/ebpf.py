@@ -34,7 +34,7 @@ import time
 from collections import deque
 from typing import Callable, Deque, Dict, List, Optional, Tuple
 
-from . import _sampler, probes, uprobe_link
+from . import _sampler, probes, process, uprobe_link
 from .bpfload import EbpfUnavailable, _import_bcc, bpf_source, check_available, compile_bpf
 from .symbols import trace_iseq_type
 from .governor import BACKOFF_MAX_S, DEFAULT_MAX_RATE, Governor
@@ -289,14 +289,16 @@ class EbpfSymbolizer:
         budget = self._bpf["budget"]
         budget[budget.Key(2)] = budget.Leaf(value)
 
-    def _detach_creators(self, targets: Optional[List[_Target]] = None) -> None:
+    def _detach_creators(self, targets: Optional[List[_Target]] = None, gone: bool = False) -> None:
         """Take the creation probes out (of `targets`, else of every process) while the app may be
         hitting them hard (a pause: it is over budget). First the program's pause flag (hits until
         the breakpoint is gone cost only the trap; not for one process leaving), then a warm-up
         probe (see uprobe_link.warm: the kernel's grace period is paid where nobody waits), then
         every probe at once: the breakpoints come out within a millisecond, and each close then
         waits ~0.1-0.2 s in the kernel, in a thread of its own, as does the warm-up probe's. bcc's
-        events are detached by name (by address, bcc would first resolve the ELF)."""
+        events are detached by name (by address, bcc would first resolve the ELF).
+        `gone`: every process of `targets` has exited (the end of `record`): no warm-up, and the
+        links' grace periods are left to another process (uprobe_link.close_elsewhere)."""
         if targets is None:
             targets = list(self.targets.values())
             budget = self._bpf["budget"]
@@ -307,9 +309,11 @@ class EbpfSymbolizer:
             links += t.links
             events += t.events
             t.links, t.events = [], []
+        if gone:
+            links = uprobe_link.close_elsewhere(links)
         if not links and not events:
             return
-        warm_fd = uprobe_link.warm(*self._warm_target) if self._warm_target else None
+        warm_fd = uprobe_link.warm(*self._warm_target) if self._warm_target and not gone else None
 
         def detach(ev):
             try:
@@ -584,7 +588,8 @@ class EbpfSymbolizer:
                 pass
         if self._bpf is not None:
             try:
-                self._detach_creators()         # first, without stalling a live target
+                # first, without stalling a live target; without waiting for a dead one
+                self._detach_creators(gone=all(process.exiting(t.pid) for t in self.targets.values()))
             except Exception:
                 pass
             self._bpf.cleanup()

@@ -3,6 +3,7 @@ milliseconds (sampling does not wait for eBPF to compile), every frame of it nam
 two processes of the same Ruby each get eBPF naming; the end record counts what stayed unnamed."""
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -151,3 +152,47 @@ def test_record_of_a_program_shorter_than_the_ebpf_compile_exits_cleanly(tmp_pat
     # load: once, under a heavy one, it did not; samples from the start: the one-second test above)
     assert trace.end is not None and trace.end["reason"] == "target-exited", trace.end
     assert trace.end["samples"] == len(trace.samples)
+
+
+def uprobe_link_ids(pid) -> set:
+    """The ids of the uprobe_multi BPF links process `pid` holds (its fds' fdinfo), or, pid None,
+    that any process holds."""
+    procs = [str(pid)] if pid is not None else [d for d in os.listdir("/proc") if d.isdigit()]
+    ids = set()
+    for proc in procs:
+        try:
+            fds = os.listdir(f"/proc/{proc}/fdinfo")
+        except OSError:
+            continue                    # gone
+        for fd in fds:
+            try:
+                with open(f"/proc/{proc}/fdinfo/{fd}") as f:
+                    info = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+            except OSError:
+                continue
+            if info.get("link_type", "").strip() in ("uprobe_multi", "uretprobe_multi"):
+                ids.add(int(info["link_id"]))
+    return ids
+
+
+@pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")
+def test_record_leaves_no_probe_behind(tmp_path):
+    # GIVEN a program under `record` whose creation probes are in (uprobe_multi links the sidecar holds)
+    out = tmp_path / "trace.msgpack"
+    s = subprocess.Popen([*SIDECAR, "record", "-q", "-o", str(out), "--",
+                          *ruby_cmd(PROGRAMS / "short_work.rb", "sleep", "wait")],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=str(tmp_path), env=ruby_env())
+    try:
+        links = wait_for(lambda: uprobe_link_ids(s.pid) or s.poll() is not None, 120, what="the probes' links")
+        assert s.poll() is None, s.communicate()[1]
+        # WHEN the program exits (communicate closes its stdin) and record with it
+        _, err = s.communicate(timeout=120)
+        assert s.returncode == 0, err
+    finally:
+        if s.poll() is None:
+            s.kill()
+            s.wait()
+    # THEN no process holds those links any more: the probes are out of the kernel (record leaves the
+    # last close, and its wait for the kernel's grace periods, to a short-lived process of its own)
+    wait_for(lambda: not (uprobe_link_ids(None) & links), 60, interval=0.2, what="the links to be closed")
