@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import symbolized
-from sdb_trace import KIND_RUBY, TraceWriter, iter_samples, load_tables
+from sdb_trace import KIND_RUBY, STATE_BLOCKED, TraceWriter, iter_samples, load_tables
 
 pytestmark = pytest.mark.once
 
@@ -26,7 +26,7 @@ MASTER = "process 100 (puma master)"
 WORKER = "process 101 (puma: cluster worker 0)"
 
 
-def write_tree(path):
+def write_tree(path, master_state=1):
     """The master (process 0): its main thread in `wait_workers`, 10 samples. A worker (process 1,
     forked: the same ISeq address names another method there, as after a reload): its thread 1 in
     `serve` 30 samples, 20 of them in a request; its thread 2 in `serve` 5 samples, idle."""
@@ -47,7 +47,7 @@ def write_tree(path):
         worker.stacks(0, [[0]])
         worker.spans([1, 2], [1, 1], [0, 0], [1, 1], [START + 5 * MS, START + 25 * MS], [1, 0],
                      [None, "ProductsController#index"], [0, 200], [None, "req-1"])
-        master.samples(START, [i * MS for i in range(10)], [1] * 10, [0] * 10, [1] * 10)
+        master.samples(START, [i * MS for i in range(10)], [1] * 10, [0] * 10, [master_state] * 10)
         worker.samples(START, [i * MS for i in range(30)], [1] * 30, [0] * 30, [1] * 30,
                        span=[1 if 5 <= i < 25 else 0 for i in range(30)], tick=list(range(1, 31)))
         worker.samples(START, [i * MS for i in range(5)], [2] * 5, [0] * 5, [1] * 5)
@@ -127,6 +127,21 @@ def test_summary_has_a_table_per_process(trace):
     assert master_at < worker_at
     assert "100.00%  wait_workers (/app/puma.rb)" in text[master_at:worker_at]
     assert "100.00%  serve (/app/server.rb)" in text[worker_at:]
+
+
+def test_summary_names_a_process_whose_samples_were_all_left_out(tmp_path):
+    # GIVEN a tree whose master was blocked the whole time (STATE_BLOCKED: left out without --idle)
+    path = tmp_path / "blocked-master.msgpack"
+    write_tree(path, master_state=STATE_BLOCKED)
+    # THEN the summary still has a line for it, saying why it has no table
+    text = symbolized(path, "summary").decode()
+    assert "35 samples" in text and "2 processes" in text
+    master_at, worker_at = text.index(f"{MASTER}: no samples shown (without --idle"), \
+        text.index(f"{WORKER}: 35 samples, 2 thread(s), ended (exited)")
+    assert master_at < worker_at and "wait_workers" not in text
+    # AND with --idle it has its table
+    text = symbolized(path, "summary", "--idle").decode()
+    assert f"{MASTER}: 10 samples, 1 thread(s)" in text and "wait_workers (/app/puma.rb)" in text
 
 
 def test_a_workers_requests_are_its_own_and_the_endpoints_report_finds_them(trace):

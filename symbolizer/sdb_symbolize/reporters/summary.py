@@ -44,6 +44,10 @@ class SummaryReporter(Reporter):
         if self.ticks and self.end_ns and isinstance(h.get("start_mono_ns"), int) and self.end_ns > h["start_mono_ns"]:
             rate = f"asked {asked:g} Hz, achieved {self.ticks / ((self.end_ns - h['start_mono_ns']) / 1e9):.0f} Hz"
         groups = sorted({g for g, _ in self.by_stack}, key=lambda g: g.proc if g is not None else -1)
+        if self.processes and any(g is not None for g in groups):
+            # a table per process: every process the filters keep has its line, one whose samples
+            # were all left out (a master blocked in `select` the whole time, without --idle) too
+            groups = sorted(self.processes, key=lambda g: g.proc)
         where = (f"{len(self.processes)} processes" if len(self.processes) > 1 else
                  f"pid {h.get('pid')}")
         out.write(f"sdb summary: {n:,} samples ({self.period_ns / 1e6:g} ms each, {rate}), "
@@ -52,8 +56,12 @@ class SummaryReporter(Reporter):
             if g is not None:
                 ths = sum(1 for t in self.threads if t.process is g)
                 m = sum(c for (gg, _), c in self.by_stack.items() if gg is g)
-                out.write(f"\n{printable(g.label)}: {m:,} samples, {ths} thread(s)"
-                          + (f", ended ({printable(g.end_reason)})" if g.end_reason else "") + "\n")
+                ended = f", ended ({printable(g.end_reason)})" if g.end_reason else ""
+                if not m:
+                    out.write(f"\n{printable(g.label)}: no samples shown{ended} (without --idle, those "
+                              f"of blocked threads are left out; the filters apply too)\n")
+                    continue
+                out.write(f"\n{printable(g.label)}: {m:,} samples, {ths} thread(s){ended}\n")
             self.table(out, {st: c for (gg, st), c in self.by_stack.items() if gg is g})
 
     def table(self, out: IO, by_stack: Dict) -> None:
