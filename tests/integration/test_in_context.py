@@ -62,9 +62,10 @@ def test_a_callee_whose_calls_are_shorter_than_a_copy_keeps_its_half_of_the_samp
     # alone 46-49 %, but once 39.4 % inside a `make test`, not explained yet: the bound is wide,
     # copies from outside gave it 10-16 % with the program on another CPU), every stack one the
     # program has
-    # (most of them in context: 89-98 % without a CPU hog, 60-67 % beside two `yes`, where the
-    # thread often waits for a CPU and, not moving, is copied from outside)
-    assert n >= 2_000 and t.end["in_context"] >= n // 4, (n, t.end["in_context"], t.end)
+    # (how many in context depends on the load, not asserted: 89-98 % without a CPU hog, 60-67 %
+    # beside two `yes`, 17 % beside two `yes` and another `make test`, where the thread mostly waits
+    # for a CPU and, not moving, is copied whole from outside: the share was 48 % there)
+    assert n >= 2_000, (n, t.end)
     share = leaves["Object#callee"] / n
     assert 0.30 <= share <= 0.70, (share, t.end["in_context"], leaves.most_common(4))
     assert wrong == [], collections.Counter(wrong).most_common(4)
