@@ -69,6 +69,9 @@ def one(cfg, workload: str, size: int, profiler: str, rate: int, tmp: str, tag: 
             wall, cpu = map(float, out.split()[1:3])
             if workload == "spans":        # the loop's allocations, on the next line
                 res["allocated"] = int(p.stdout.readline().split()[1])
+            if workload.startswith("fork"):  # the children's pids, on the next line (fork_cost counts
+                # the registries they left; the program's own pid makes the spares)
+                res["pids"] = [p.pid, *map(int, p.stdout.readline().split()[1:])]
             res["cpu_share"] = cpu / wall  # below ~0.98: something else ran on the target's core
             res["cpu_seconds"] = cpu
             return wall

@@ -41,18 +41,20 @@ def run(cfg) -> str:
     def ours() -> set:
         return set(glob.glob("/dev/shm/sdb-*") + glob.glob("/dev/shm/.sdb-spare-*"))
 
-    def maker_gone(path: str) -> bool:
-        """A registry (sdb-<pid>) or spare (.sdb-spare-<pid>-<n>) whose process is gone: left behind.
-        One of a process still running is another program's (a test run beside this one)."""
+    def left_by(path: str, pids: set) -> bool:
+        """A registry (sdb-<pid>) or spare (.sdb-spare-<pid>-<n>) of one of this benchmark's
+        processes (the workload's Ruby, its children) that is gone: left behind. Another program's
+        (a test run beside this one, which may SIGKILL its Rubies) is not this benchmark's to count."""
         m = re.match(r"(?:sdb-|\.sdb-spare-)(\d+)", os.path.basename(path))
-        return m is None or not os.path.exists(f"/proc/{m.group(1)}")
+        return m is not None and int(m.group(1)) in pids and not os.path.exists(f"/proc/{m.group(1)}")
 
     before = ours()
     raws = {}
     with tempfile.TemporaryDirectory(prefix="sdb-bench-") as tmp:
         for workload, _ in WORKLOADS:
             raws[workload] = cpu_micro.interleave(cfg, CONFIGS, workload, size, rounds, tmp)
-    left = sorted(p for p in ours() - before if maker_gone(p))
+    pids = {pid for raw in raws.values() for rs in raw.values() for r in rs for pid in r.pop("pids", ())}
+    left = sorted(p for p in ours() - before if left_by(p, pids))
     rows, tables = [], []
     for workload, title in WORKLOADS:
         table = []

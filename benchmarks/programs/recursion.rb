@@ -46,14 +46,16 @@ def threads_workload(count)
   count.times { Thread.new {}.join }
 end
 
+FORKED = [] # the fork workloads' children, said after the result: the registries they leave are counted
+
 def fork_workload(count)
-  count.times { Process.wait(fork { exit!(0) }) }
+  count.times { FORKED << Process.wait(fork { exit!(0) }) }
 end
 
 def fork_consolidated_workload(count)
   count.times do
     Fiddle.free(Fiddle.malloc(4096).to_i) # glibc: a large-bin request consolidates the fastbins first
-    Process.wait(fork { exit!(0) })
+    FORKED << Process.wait(fork { exit!(0) })
   end
 end
 
@@ -104,5 +106,6 @@ cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - c0
 allocated = GC.stat(:total_allocated_objects) - allocated0
 $stdout.puts "result #{elapsed} #{cpu}"
 $stdout.puts "allocated #{allocated}" if workload == "spans"
+$stdout.puts "forked #{FORKED.join(" ")}" if workload.start_with?("fork")
 $stdout.flush
 $stdin.gets # exit when stdin closes (a profiler attached from outside ends its recording first)
