@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from typing import Dict
 
 import pytest
@@ -78,8 +79,14 @@ class Tree:
         self.t.wait_for_line(f"working {name}")
 
     def kill(self, name: str) -> None:
+        # the child runs at least until the command is sent (CLOCK_MONOTONIC, as the child's T0): its
+        # samples are asked for until then, not until the parent's "killed NAME T", which comes after
+        # the reap and a loaded machine can delay (busy run 6: the parent sampled in Process.wait for
+        # 1.07 s after the child's last sample and its end in the trace, 4 ms apart)
+        sent = time.monotonic_ns()
         self.t.send(f"kill {name}\n")
-        self.children[name]["end"] = int(self.t.wait_for_line(f"killed {name} ").split()[2])
+        self.t.wait_for_line(f"killed {name} ")
+        self.children[name]["end"] = sent
 
 
 def wait_recorded(out, pid: int, samples: int = 1, ebpf: bool = False) -> None:

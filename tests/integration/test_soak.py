@@ -33,6 +33,11 @@ INTERNAL = re.compile(r"^<internal:[a-z_]+>$")     # Ruby's own files of built-i
 BARE = re.compile(r"^(?:(?:block|rescue|ensure)(?: \(\d+ levels\))? in )*[a-z_][A-Za-z0-9_]*[?!=]?$")
 
 
+def samples_in(jsonl):
+    with open(jsonl) as f:
+        yield from read_samples(f)
+
+
 def unrecorded(tmp_path, with_gem: bool) -> str:
     args = [SCALE, "sdb"] if with_gem else [SCALE]
     r = subprocess.run(ruby_cmd(SOAK, *args), input="go\n", capture_output=True, text=True, timeout=1800,
@@ -66,11 +71,16 @@ def test_soak_at_10khz_changes_no_output_and_names_frames_only_with_real_names(r
     assert t.end is not None and t.end["reason"] == "target-exited", t.end
     # AND every frame is named with the program's names or Ruby's own (Ruby 3.4 labels the ISeq of a
     # class_eval string "<compiled>"), or left unnamed and counted: "(unknown...)", "(C function)"
-    r = subprocess.run([*SYMBOLIZE, str(trace), "--format", "json", "--idle", "--no-progress"],
-                       capture_output=True, text=True, timeout=600)
+    # (read from a file, line by line: the json grows with the load, which stretches the soak and so
+    # its recording: over 1 GB from a 19 MB trace beside two other make tests and three `yes`, written
+    # in 500-600 s on a quarter of a CPU; the time limit is there to catch a hang, not to time it)
+    out = tmp_path / "trace.jsonl"
+    with open(out, "w") as f:
+        r = subprocess.run([*SYMBOLIZE, str(trace), "--format", "json", "--idle", "--no-progress"],
+                           stdout=f, stderr=subprocess.PIPE, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr
     labels, samples, unknown = set(), 0, 0
-    for sample in read_samples(r.stdout.splitlines()):
+    for sample in samples_in(out):
         samples += 1
         names = [f[0] for f in sample["frames"]]
         unknown += any(n.startswith("(unknown") or n == "(C function)" for n in names)
@@ -83,6 +93,7 @@ def test_soak_at_10khz_changes_no_output_and_names_frames_only_with_real_names(r
         "(garbage collection)", "(truncated)", "(unknown)", "(C function)", "<internal:kernel>", "<top (required)>",
         "<compiled>"))
                    and not lb.startswith("(unknown ISeq 0x"))
+    out.unlink()
     print(f"soak x{SCALE}: {samples} samples, {unknown} with an unnamed frame; end record {t.end}")
     assert stray == [], stray[:20]
     assert samples > 10_000, samples
