@@ -71,13 +71,12 @@ def test_soak_at_10khz_changes_no_output_and_names_frames_only_with_real_names(r
     assert t.end is not None and t.end["reason"] == "target-exited", t.end
     # AND every frame is named with the program's names or Ruby's own (Ruby 3.4 labels the ISeq of a
     # class_eval string "<compiled>"), or left unnamed and counted: "(unknown...)", "(C function)"
-    # (read from a file, line by line: the json grows with the load, which stretches the soak and so
+    # (written to a file, read line by line: the json grows with the load, which stretches the soak and so
     # its recording: over 1 GB from a 19 MB trace beside two other make tests and three `yes`, written
     # in 500-600 s on a quarter of a CPU; the time limit is there to catch a hang, not to time it)
     out = tmp_path / "trace.jsonl"
-    with open(out, "w") as f:
-        r = subprocess.run([*SYMBOLIZE, str(trace), "--format", "json", "--idle", "--no-progress"],
-                           stdout=f, stderr=subprocess.PIPE, text=True, timeout=1800)
+    r = subprocess.run([*SYMBOLIZE, str(trace), "--format", "json", "--idle", "--no-progress", "-o", str(out)],
+                       capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr
     labels, samples, unknown = set(), 0, 0
     for sample in samples_in(out):
