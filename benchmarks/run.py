@@ -7,6 +7,7 @@
   benchmarks/run.py ... --only boot_symbolizer                                    # issue #4 eBPF boot (~5 min)
   benchmarks/run.py ... --only ebpf_pause_cost                                    # issue #4 what a pause costs (~30 s)
   benchmarks/run.py ... --only first_sample                                       # issue #13 time to first sample (~3 min)
+  benchmarks/run.py ... --only child_first_sample                                 # issue #13 a process tree's new child, quiet and busy (~1 min)
   benchmarks/run.py ... --only boot_real                                          # issue #13 rubocop's boot under record (~5 min)
   benchmarks/run.py ... --only gc_alloc                                           # issue #17 allocation with the gem, 3.1 GC (~3 min)
   benchmarks/run.py ... --only fork_cost                                          # issue #18 fork + exit! with the gem (~3 min)
@@ -25,6 +26,7 @@ import always_on  # noqa: E402
 import boot_real  # noqa: E402
 import boot_symbolizer  # noqa: E402
 import busy_pace  # noqa: E402
+import child_first_sample  # noqa: E402
 import common  # noqa: E402
 import cpu_micro  # noqa: E402
 import ebpf_pause_cost  # noqa: E402
@@ -39,6 +41,7 @@ import symbolize_formats  # noqa: E402
 
 BENCHMARKS = {m.NAME: m for m in (sample_cost, sidecar_cpu, busy_pace, cpu_micro, rails_overhead,
                                    symbolize_formats, boot_symbolizer, ebpf_pause_cost, first_sample, boot_real,
+                                   child_first_sample,
                                    gc_alloc, fork_cost, span_cost, always_on)}
 
 

@@ -8,7 +8,8 @@ One `Sampler` per target, built in layers, each a Cython module over small C uni
 reuse) -> `Sampler` (here: slots, the tick, the loop, the hand-over; the samples record encoded by
 native/encode.c). `Registry` is _registry.pyx's.
 
-`run()` is the tick loop (call it from a thread of its own: it holds no GIL while sampling);
+`start()` runs the tick loop in a native thread of its own (no GIL, from its first tick; `wait()`
+joins it);
 `drain()` hands what was gathered since the last drain to Python (new frames, new stacks, samples,
 thread events, new ISeqs and method entries) under a short mutex. `read_memory()` is the one remote
 read for Python code (symbols, snapshot).
@@ -35,6 +36,31 @@ from sdb_sidecar._intern cimport sdb_intern_clear, sdb_intern_at, sdb_intern_fin
 from sdb_sidecar._tstate cimport sdb_tstate_close
 from sdb_sidecar._states cimport States
 from sdb_sidecar._reads cimport sdb_ctx_slot
+from cpython.ref cimport Py_INCREF, Py_DECREF
+import os
+
+cdef extern from "<sched.h>" nogil:
+    cdef struct sched_param:
+        int sched_priority
+    int SCHED_FIFO
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef unsigned long pthread_t
+    ctypedef struct pthread_attr_t:
+        pass
+    int pthread_attr_init(pthread_attr_t *attr)
+    int pthread_attr_destroy(pthread_attr_t *attr)
+    int pthread_attr_setinheritsched(pthread_attr_t *attr, int inherit)
+    int pthread_attr_setschedpolicy(pthread_attr_t *attr, int policy)
+    int pthread_attr_setschedparam(pthread_attr_t *attr, const sched_param *param)
+    int PTHREAD_EXPLICIT_SCHED
+    int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *) noexcept nogil, void *arg)
+    int pthread_join(pthread_t thread, void **ret)
+    ctypedef struct pthread_cond_t:
+        pass
+    int pthread_cond_init(pthread_cond_t *c, void *attr)
+    int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
+    int pthread_cond_signal(pthread_cond_t *c)
 
 
 cdef class Sampler(States):
@@ -49,6 +75,11 @@ cdef class Sampler(States):
     cdef readonly uint64_t late, missed, torn, retried, errors, threads_seen
     cdef readonly uint64_t start_ns, last_tick_ns
     cdef readonly uint64_t read_ns_total   # time spent reading stacks (for the benchmark)
+    # start()/wait(): the native thread that runs the loop
+    cdef pthread_t loop_thread
+    cdef int loop_state                  # 0: not started, 1: started, 2: joined
+    cdef int loop_rc                     # what _loop returned (once the thread is over)
+    cdef double loop_duration
 
     def __cinit__(self, Registry reg, int pid, double rate_hz=1000.0, int max_depth=2048):
         self.period_ns = <uint64_t>(1e9 / rate_hz)
@@ -327,43 +358,79 @@ cdef class Sampler(States):
         self.read_ns_total += sdb_now_ns() - t0
         return rc
 
-    def run(self, double duration_s=0.0):
-        """Tick until stop() is called, duration_s passes (0: no limit) or the target goes away.
-        Runs without the GIL. Returns "stopped", "duration" or "target-exited"/"permission"."""
+    cdef int _loop(self, double duration_s) noexcept nogil:
+        """The tick loop (start's thread): R_OK (stopped), -1 (duration_s passed) or R_FATAL."""
         cdef uint64_t start, deadline, limit, now, k, jitter
         cdef int rc = R_OK
-        cdef str why = "stopped"
-        with nogil:
-            sdb_timer_slack(min(max(self.period_ns // 20, 1000), 50000))
-            start = sdb_now_ns()
-            self.start_ns = start
-            limit = start + <uint64_t>(duration_s * 1e9) if duration_s > 0 else 0
-            k = 0
-            while not sdb_load_flag(&self.stop_flag):
-                # tick k is due at start + k*period, moved by up to +-5% against lock-step
-                jitter = sdb_xorshift(&self.rng) % (2 * self.jitter_ns + 1) if self.jitter_ns and k else self.jitter_ns
-                deadline = start + k * self.period_ns + jitter - self.jitter_ns
-                sdb_sleep_until(deadline)
-                now = sdb_now_ns()
-                if limit and now >= limit:
-                    rc = -1
-                    break
-                if now > deadline + self.period_ns // 2:
-                    self.late += 1
-                rc = self.tick(now)
-                if rc == R_FATAL:
-                    break
+        sdb_timer_slack(min(max(self.period_ns // 20, 1000), 50000))
+        start = sdb_now_ns()
+        self.start_ns = start
+        limit = start + <uint64_t>(duration_s * 1e9) if duration_s > 0 else 0
+        k = 0
+        while not sdb_load_flag(&self.stop_flag):
+            # tick k is due at start + k*period, moved by up to +-5% against lock-step
+            jitter = sdb_xorshift(&self.rng) % (2 * self.jitter_ns + 1) if self.jitter_ns and k else self.jitter_ns
+            deadline = start + k * self.period_ns + jitter - self.jitter_ns
+            sdb_sleep_until(deadline)
+            now = sdb_now_ns()
+            if limit and now >= limit:
+                rc = -1
+                break
+            if now > deadline + self.period_ns // 2:
+                self.late += 1
+            rc = self.tick(now)
+            if rc == R_FATAL:
+                break
+            k += 1
+            # never bunch: ticks whose time is already more than half a period past are skipped
+            now = sdb_now_ns()
+            while start + k * self.period_ns + self.period_ns // 2 < now:
                 k += 1
-                # never bunch: ticks whose time is already more than half a period past are skipped
-                now = sdb_now_ns()
-                while start + k * self.period_ns + self.period_ns // 2 < now:
-                    k += 1
-                    self.missed += 1
+                self.missed += 1
+        return rc
+
+    cdef str _why(self, int rc):
         if rc == -1:
-            why = "duration"
-        elif rc == R_FATAL:
-            why = "target-exited" if self.fatal_errno == ESRCH else "permission"
-        return why
+            return "duration"
+        if rc == R_FATAL:
+            return "target-exited" if self.fatal_errno == ESRCH else "permission"
+        return "stopped"
+
+    def start(self, double duration_s=0.0, bint realtime=False):
+        """Ticks until stop() is called, duration_s passes (0: no limit) or the target goes away,
+        in a native thread of its own, from now on. realtime: the thread is created SCHED_FIFO at
+        the lowest real-time priority (session.realtime_sampling says why), under the normal
+        scheduler when that is not allowed. So the first tick waits for nothing: not for the GIL,
+        which a Python thread must take to begin and which another thread can hold for long (bcc's
+        import held it through libbcc's dlopen: bpfload._load_libbcc), and not for a CPU, which a
+        normal thread must be given first on a busy machine (50-190 ms beside two to eight `yes`:
+        benchmarks/child_first_sample.py). Busy run 10 lost a new child's first ~0.7 s of samples
+        to a Python sampler thread that asked for SCHED_FIFO only once it ran. The thread is the
+        spare prepare_thread parked, when one waits (no thread to create: see there).
+        wait() joins it and says why it ended: "stopped", "duration", "target-exited" or
+        "permission"."""
+        cdef int err = 0
+        cdef bint rt
+        if self.loop_state != 0:
+            raise RuntimeError("the sampler was started already")
+        self.loop_duration = duration_s
+        Py_INCREF(self)                 # the thread's reference, given back by wait()
+        if not _take_spare(<void *>self, realtime, &self.loop_thread):
+            err = _create_thread(&self.loop_thread, realtime, _sampler_thread, <void *>self, &rt)
+        if err != 0:
+            Py_DECREF(self)
+            raise OSError(err, f"cannot start the sampler's thread: {os.strerror(err)}")
+        self.loop_state = 1
+
+    def wait(self):
+        """Waits (without the GIL) until the thread start() began is over; why it ended."""
+        if self.loop_state != 1:
+            raise RuntimeError("the sampler was not started")
+        with nogil:
+            pthread_join(self.loop_thread, NULL)
+        self.loop_state = 2
+        Py_DECREF(self)
+        return self._why(self.loop_rc)
 
     def stop(self):
         sdb_store_flag(&self.stop_flag, 1)
@@ -480,6 +547,105 @@ cdef class Sampler(States):
                 "yjit_no_line": self.yjit_pcs, "span_unsure": self.span_unsure, "in_context": self.ctx_samples,
                 "start_ns": self.start_ns, "last_tick_ns": self.last_tick_ns,
                 "read_ns_total": self.read_ns_total}
+
+
+ctypedef void (*sdb_body_fn)(void *) noexcept nogil
+ctypedef void *(*sdb_thread_fn)(void *) noexcept nogil
+
+
+cdef void _sampler_thread_body(Sampler s) noexcept nogil:
+    s.loop_rc = s._loop(s.loop_duration)
+
+
+cdef void *_sampler_thread(void *arg) noexcept nogil:
+    """Sampler.start's thread: the loop, on the reference to the Sampler that start took for it
+    (wait gives it back), with no GIL at any point: the body takes it as a borrowed argument."""
+    (<sdb_body_fn><void *>_sampler_thread_body)(arg)
+    return NULL
+
+
+cdef int _create_thread(pthread_t *thread, bint realtime, sdb_thread_fn fn, void *arg, bint *rt) noexcept nogil:
+    """pthread_create: SCHED_FIFO at the lowest real-time priority from its birth when realtime
+    and allowed (rt says whether it is), else under the normal scheduler. 0 or an errno."""
+    cdef pthread_attr_t attr
+    cdef sched_param param
+    cdef int err = -1
+    rt[0] = 0
+    if realtime:
+        memset(&param, 0, sizeof(param))
+        param.sched_priority = 1
+        pthread_attr_init(&attr)
+        if (pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED) == 0
+                and pthread_attr_setschedpolicy(&attr, SCHED_FIFO) == 0
+                and pthread_attr_setschedparam(&attr, &param) == 0):
+            err = pthread_create(thread, &attr, fn, arg)
+            rt[0] = err == 0
+        pthread_attr_destroy(&attr)
+    if err != 0:                        # not asked for, or not allowed (no CAP_SYS_NICE)
+        err = pthread_create(thread, NULL, fn, arg)
+    return err
+
+
+# The spare: one sampler thread created ahead (prepare_thread) and parked on a condition variable,
+# so that starting the sampler of a process found later creates no thread. pthread_create maps the
+# new thread's stack, which takes the process's mmap lock; beside a CPU hog that took 50-200 ms,
+# behind a thread of ours (bcc's compile, growing its malloc heap) that the scheduler had taken off
+# the CPU while it held the lock (benchmarks/child_first_sample.py). Waking a parked thread takes
+# no such lock. At most one spare waits at a time; all of it under _spare_mu.
+cdef pthread_mutex_t _spare_mu
+cdef pthread_cond_t _spare_cv
+pthread_mutex_init(&_spare_mu, NULL)
+pthread_cond_init(&_spare_cv, NULL)
+cdef pthread_t _spare_thread
+cdef bint _spare_parked = 0         # a spare waits for a sampler
+cdef bint _spare_realtime = 0       # it runs SCHED_FIFO
+cdef void *_spare_sampler = NULL    # the sampler handed to it, until it takes it
+
+
+cdef void *_spare_main(void *arg) noexcept nogil:
+    global _spare_sampler
+    cdef void *s
+    pthread_mutex_lock(&_spare_mu)
+    while _spare_sampler == NULL:
+        pthread_cond_wait(&_spare_cv, &_spare_mu)
+    s = _spare_sampler
+    _spare_sampler = NULL
+    pthread_mutex_unlock(&_spare_mu)
+    (<sdb_body_fn><void *>_sampler_thread_body)(s)
+    return NULL
+
+
+cdef bint _take_spare(void *sampler, bint realtime, pthread_t *thread) noexcept nogil:
+    """Hands `sampler` to the spare, if one of that scheduling waits; its thread then."""
+    global _spare_sampler, _spare_parked
+    cdef bint taken = 0
+    pthread_mutex_lock(&_spare_mu)
+    if _spare_parked and _spare_realtime == realtime:
+        _spare_sampler = sampler
+        thread[0] = _spare_thread
+        _spare_parked = 0
+        taken = 1
+        pthread_cond_signal(&_spare_cv)
+    pthread_mutex_unlock(&_spare_mu)
+    return taken
+
+
+def prepare_thread(bint realtime=False):
+    """Parks a sampler thread for the next Sampler.start, SCHED_FIFO at the lowest real-time
+    priority when realtime (and allowed); nothing if one waits already, or if the last one handed a
+    sampler has not taken it yet (this one could take it instead). Called where a wait costs
+    nothing: when a process tree's recording begins, and after each process's start."""
+    global _spare_thread, _spare_parked, _spare_realtime
+    cdef pthread_t t
+    cdef bint rt = 0
+    with nogil:
+        pthread_mutex_lock(&_spare_mu)
+        if not _spare_parked and _spare_sampler == NULL:
+            if _create_thread(&t, realtime, _spare_main, NULL, &rt) == 0:
+                _spare_thread = t
+                _spare_parked = 1
+                _spare_realtime = realtime     # as asked: one not allowed is what start would make too
+        pthread_mutex_unlock(&_spare_mu)
 
 
 cdef object encode_samples_record(const SampleEnt *smp, uint64_t n):

@@ -98,10 +98,33 @@ class EbpfUnavailable(Exception):
 DISTRO_BCC = ("/usr/lib/python3/dist-packages/bcc", "/usr/lib/python3/site-packages/bcc")
 
 
+LIBBCC = "libbcc.so.0"
+
+
+def _load_libbcc() -> None:
+    """libbcc loaded by a call to dlopen through ctypes, which lets go of the GIL while it runs, so
+    that bcc's own `ctypes.CDLL("libbcc.so.0")` finds it loaded. ctypes.CDLL holds the GIL through
+    dlopen, and libbcc carries LLVM: its relocations took 44-775 ms of holding it on this VM beside
+    a CPU hog (every Python thread of the sidecar waits then: the drains, the look for new
+    processes, a new sampler's start: a child found during it lost its first ~0.7 s of samples in
+    busy run 10). The handle is never closed: bcc keeps the library for the process's life anyway.
+    Nothing is done if dlopen cannot be called or fails (bcc's import then says why)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        dlopen = libc.dlopen
+        dlopen.restype = ctypes.c_void_p
+        dlopen.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        dlopen(LIBBCC.encode(), os.RTLD_NOW)
+    except (OSError, AttributeError):
+        pass
+
+
 def _import_bcc():
     """bcc's BPF class. bcc's Python module comes with the distribution's bcc (Debian: python3-bpfcc)
     and lives outside any virtualenv: if it cannot be imported as it is, the distribution's copy is
     loaded by its path, alone (the rest of the system's packages stay out of this process's path)."""
+    if "bcc" not in sys.modules:
+        _load_libbcc()
     try:
         from bcc import BPF
         return BPF

@@ -34,21 +34,16 @@ REALTIME_MAX_HZ = 2000.0      # above, the sampler keeps the normal scheduler (s
 
 
 def realtime_sampling(rate_hz: float) -> bool:
-    """Puts the calling thread (the sampler's) in SCHED_FIFO at the lowest real-time priority, when
-    allowed (root, or CAP_SYS_NICE), at rates up to REALTIME_MAX_HZ. Under the normal scheduler a thread that wakes up (a Ruby
-    thread back from IO or sleep) is often put on the CPU the sampler runs on and preempts it:
-    the ticks it should have taken while that thread ran are late, and short bursts of work right
-    after a wake-up go unsampled (1.6 ms of CPU after each 20 ms sleep: 23 samples for 152 ms on
-    2 CPUs; 153 with the sampler real-time, as with the two pinned to different CPUs). The sampler
-    sleeps between ticks: at ~1% of a CPU it starves no one; at 10 kHz and more it can use most of a
-    CPU, which no real-time thread should. False: not done, left as it was."""
-    if rate_hz > REALTIME_MAX_HZ:
-        return False
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-        return True
-    except (OSError, AttributeError):
-        return False
+    """Whether the sampler's thread asks for SCHED_FIFO at the lowest real-time priority (it does,
+    Sampler.start; granted to root, or with CAP_SYS_NICE, else left as it was): at rates up to
+    REALTIME_MAX_HZ. Under the normal scheduler a thread that wakes up (a Ruby thread back from IO
+    or sleep) is often put on the CPU the sampler runs on and preempts it: the ticks it should have
+    taken while that thread ran are late, and short bursts of work right after a wake-up go
+    unsampled (1.6 ms of CPU after each 20 ms sleep: 23 samples for 152 ms on 2 CPUs; 153 with the
+    sampler real-time, as with the two pinned to different CPUs). The sampler sleeps between
+    ticks: at ~1% of a CPU it starves no one; at 10 kHz and more it can use most of a CPU, which no
+    real-time thread should."""
+    return rate_hz <= REALTIME_MAX_HZ
 
 
 def new_sampler(target: Target, opts: Options) -> "_sampler.Sampler":
@@ -343,19 +338,31 @@ class Session:
         self.stalled = False
         self.ended_ns = 0           # drain_last: when the recording ended
         self.started = 0.0
+        self.sampling = False           # the sampler's native thread was started (start_sampling)
         self._errors_seen, self._maps_checked = 0, 0.0
 
     def _sample(self) -> None:
-        realtime_sampling(self.opts.rate_hz)
+        """The Python side of the sampler's native thread: waits for it (without the GIL), keeps
+        why it ended, and wakes the drain loop."""
         try:
-            self.result.append(self.sampler.run(self.opts.duration_s))
+            self.result.append(self.sampler.wait())
         finally:
             self.waiter.sampler_ended()
 
-    def start(self) -> None:
-        """Sampling first; eBPF (opts.ebpf) is compiled and attached beside it."""
+    def start_sampling(self) -> None:
+        """The sampler ticks from now on, in a native thread (Sampler.start): nothing has to wait
+        for the GIL before the first tick. Done by start() unless done before (a process tree's
+        recording does it the moment it finds a process); once."""
+        if self.sampling:
+            return
+        self.sampling = True
         self.started = time.monotonic()
         self.sampler.set_wake_fd(self.waiter.wakeup.fd)
+        self.sampler.start(self.opts.duration_s, realtime_sampling(self.opts.rate_hz))
+
+    def start(self) -> None:
+        """Sampling first; eBPF (opts.ebpf) is compiled and attached beside it."""
+        self.start_sampling()
         self.thread.start()
         if self.hub is not None:
             self.hub.join(self)
@@ -404,6 +411,8 @@ class Session:
 
     def abort(self) -> None:
         self.sampler.stop()
+        if self.sampling and self.thread.ident is None:
+            self.thread.start()                 # it joins the sampler's native thread, as it would have
         if self.thread.ident is not None:       # started (an abort can come before it is)
             self.thread.join(STALL_GRACE_S)
 

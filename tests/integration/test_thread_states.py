@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 
 import subprocess
 
-from conftest import SYMBOLIZE, read_trace, run_sidecar
+from conftest import SYMBOLIZE, read_trace, ruby_version, run_sidecar
 from sdb_trace import STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING
 
 
@@ -49,10 +49,15 @@ def test_busy_thread_is_mostly_running_and_queue_waiter_is_blocked(ruby_target, 
 def test_threads_fighting_for_the_gvl_show_gvl_waits(ruby_target, tmp_path):
     # GIVEN three CPU-bound threads on one GVL
     _, states = record(ruby_target, tmp_path, "fight")
-    # THEN each of them both runs and waits for the GVL a fair share of the time
+    # THEN each of them both runs and waits for the GVL a fair share of the time. On 3.2+ running is
+    # holding the GVL (the gem's hooks): each holds it about a third of the time. On 3.1 it is being
+    # on a CPU (the kernel's view, README), and the holder waits for a CPU too on a machine kept
+    # busy: beside three `yes` and three `make test`s, 83 of 2,000 samples (busy run 9): so there,
+    # each one runs, at a share the machine sets
+    running_floor = 0.1 if ruby_version() >= (3, 2) else 0.01
     for name in ("busy", "fighter-1", "fighter-2"):
         assert share(states[name], STATE_GVL_WAIT) > 0.2, (name, states[name])
-        assert share(states[name], STATE_RUNNING) > 0.1, (name, states[name])
+        assert share(states[name], STATE_RUNNING) > running_floor, (name, states[name])
     assert share(states["blocked"], STATE_BLOCKED) > 0.95, states["blocked"]
 
 
