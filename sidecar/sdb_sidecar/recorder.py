@@ -415,9 +415,12 @@ class Tree:
         parent = self._recorded_parent(pid)
         born_since = target.info["created_mono_ns"] >= self.start_ns
         pr = self._add(target, sampler, parent, from_start=born_since or self.opts.from_start)
-        # its first tick now, in this thread's turn with the GIL: its recording's thread may wait for
-        # the GIL a while on a busy machine (busy run 10: 0.7 s of a new child's samples lost so)
-        pr.session.start_sampling()
+        # its first tick now, by the sampler thread parked for it, before its recording's thread
+        # exists (busy run 10: a new child's first 0.7 s lost while a Python thread was made for it)
+        try:
+            pr.session.start_sampling()
+        except OSError:
+            pass                        # its recording's thread tries again, and says why if it fails
         pr.thread.start()
 
     def _lost(self, pid: int, e: SdbError) -> None:

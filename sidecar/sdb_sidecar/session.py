@@ -5,7 +5,6 @@ new must be named), the eBPF programs compiled and attached beside it, and the c
 `snapshot` (a MemoryTrace, one tick) all run one."""
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -34,9 +33,9 @@ REALTIME_MAX_HZ = 2000.0      # above, the sampler keeps the normal scheduler (s
 
 
 def realtime_sampling(rate_hz: float) -> bool:
-    """Whether the sampler's thread asks for SCHED_FIFO at the lowest real-time priority (it does,
-    Sampler.start; granted to root, or with CAP_SYS_NICE, else left as it was): at rates up to
-    REALTIME_MAX_HZ. Under the normal scheduler a thread that wakes up (a Ruby thread back from IO
+    """Whether the sampler's thread runs SCHED_FIFO at the lowest real-time priority (created so by
+    Sampler.start or _sampler.prepare_thread; allowed to root, or with CAP_SYS_NICE, else under the
+    normal scheduler): at rates up to REALTIME_MAX_HZ. Under the normal scheduler a thread that wakes up (a Ruby thread back from IO
     or sleep) is often put on the CPU the sampler runs on and preempts it: the ticks it should have
     taken while that thread ran are late, and short bursts of work right after a wake-up go
     unsampled (1.6 ms of CPU after each 20 ms sleep: 23 samples for 152 ms on 2 CPUs; 153 with the
@@ -350,15 +349,15 @@ class Session:
             self.waiter.sampler_ended()
 
     def start_sampling(self) -> None:
-        """The sampler ticks from now on, in a native thread (Sampler.start): nothing has to wait
-        for the GIL before the first tick. Done by start() unless done before (a process tree's
-        recording does it the moment it finds a process); once."""
+        """The sampler ticks from now on, in a native thread (Sampler.start): the first tick waits
+        for nothing in Python. Done by start() unless done before (a process tree's recording does
+        it the moment it finds a process); once. OSError: no thread could be started."""
         if self.sampling:
             return
-        self.sampling = True
         self.started = time.monotonic()
         self.sampler.set_wake_fd(self.waiter.wakeup.fd)
         self.sampler.start(self.opts.duration_s, realtime_sampling(self.opts.rate_hz))
+        self.sampling = True
 
     def start(self) -> None:
         """Sampling first; eBPF (opts.ebpf) is compiled and attached beside it."""
