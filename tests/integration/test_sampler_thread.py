@@ -25,6 +25,11 @@ def threads_of_this_process() -> set:
 def test_a_parked_sampler_thread_takes_the_sampler_real_time_and_no_thread_is_created(ruby_target):
     # GIVEN a Ruby with the gem, its sampler, and a sampler thread parked ahead
     target = ruby_target("eight_threads.rb")
+    # (one that another test of this process parked is taken first, by a sampler run for nothing)
+    taker = new_sampler(open_target(target.pid, wait_s=5), Options())
+    taker.start(0.0, True)
+    taker.stop()
+    assert taker.wait() == "stopped"
     sampler = new_sampler(open_target(target.pid, wait_s=5), Options())
     before = threads_of_this_process()
     _sampler.prepare_thread(True)
