@@ -127,7 +127,7 @@ def test_every_request_the_app_served_is_a_span_of_its_action_and_no_other(rails
         assert abs(int(row[2]) - counts[action]) <= 0.05 * counts[action], (action, row, counts[action])
 
 
-def test_each_requests_span_holds_the_apps_own_timing_of_it_and_p99s_agree_within_10_percent(rails_run):
+def test_each_requests_span_holds_the_apps_own_timing_of_it_and_the_typical_one_adds_under_a_millisecond(rails_run):
     """sdb's middleware is first in the stack, the app's log right inside it: each span begins before
     the app's clock read and ends after its second one (one clock, CLOCK_MONOTONIC)."""
     t, window, _, _ = rails_run
@@ -145,10 +145,13 @@ def test_each_requests_span_holds_the_apps_own_timing_of_it_and_p99s_agree_withi
             mine.append((sp["end_ns"] - sp["begin_ns"]) / 1e6)
             apps.append(r["ms"])
         assert p99(mine) >= p99(apps)
-        # and the p99s agree within 10% (measured: within 0.1%): the two clock reads of a request
-        # are a few microseconds of Ruby apart; only a preemption inside them for its slowest
-        # requests could part them
-        assert p99(mine) <= 1.10 * p99(apps), (action, p99(mine), p99(apps))
+        # and they agree: the span's clock reads and the app's are a few microseconds of Ruby apart
+        # (measured: 20-50 us). Not compared by p99 (it was, within 10 %): with a few dozen requests
+        # the p99 is the slowest one, and one preemption between the reads parts them (a `make test`
+        # beside two `yes` and another: 304.6 ms against 253.2, busy run 15); the median is the
+        # typical request's
+        extra = sorted(m - a for m, a in zip(mine, apps))
+        assert extra[len(extra) // 2] <= 1.0, (action, extra[len(extra) // 2], p99(mine), p99(apps))
 
 
 def test_io_is_mostly_blocked_and_report_mostly_on_cpu(rails_run):
