@@ -136,6 +136,9 @@ def process_exists(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
 
 
+STARTING_POLL_S = 0.002      # how often a registry still starting is looked at again
+
+
 def open_target(pid: int, wait_s: float = 2.0) -> Target:
     """Check everything about `pid` and its registry; raise SdbError with the reason otherwise.
 
@@ -200,7 +203,9 @@ def open_target(pid: int, wait_s: float = 2.0) -> Target:
     if info["pid"] != place.ns_pid or info["proc_start_ticks"] != ticks:
         _no_registry(pid, path, stale=True)
     while info["status"] == STATUS_STARTING and time.monotonic() < deadline:
-        time.sleep(0.05)
+        # the gem finishes starting within a few ms of creating its file: a 50 ms wait here put
+        # `record`'s first sample 50 ms after the program's first line whenever it looked that early
+        time.sleep(STARTING_POLL_S)
         info = reg.info
     if info["status"] == STATUS_DISABLED:
         raise SdbError(f"the sdb gem in process {pid} disabled itself: {info['disabled_reason']}",
