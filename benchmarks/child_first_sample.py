@@ -39,7 +39,8 @@ def hogs(n: int):
 
 
 def first_samples(path: str):
-    """pid -> its first sample's time (CLOCK_MONOTONIC ns), and the eBPF attached time (or None)."""
+    """(pid -> its first sample's time, pid -> its first process record's time, the eBPF attached time
+    or None), CLOCK_MONOTONIC ns."""
     from sdb_trace import TraceError, TraceReader
     pid_of, first, found, cur, attached = {}, {}, {}, 0, None
     try:
@@ -60,8 +61,7 @@ def first_samples(path: str):
                     attached = rec["at_ns"]
     except TraceError:
         pass
-    first_samples.found = found
-    return first, attached
+    return first, found, attached
 
 
 def one_round(cfg, out: str):
@@ -92,11 +92,10 @@ def one_round(cfg, out: str):
         finally:
             sidecar.send_signal(signal.SIGINT)
             sidecar.wait(120)
-    first, attached = first_samples(out)
+    first, found, attached = first_samples(out)
     missing = [pid for pid in kids if pid not in first]
     if missing:
         raise RuntimeError(f"no sample of children {missing} in 60 s")
-    found = first_samples.found
     return [((first[pid] - t0) / 1e6, (found[pid] - t0) / 1e6, (first[pid] - found[pid]) / 1e6,
              attached is None or attached > t0) for pid, t0 in kids.items()]
 

@@ -410,13 +410,12 @@ cdef class Sampler(States):
         wait() joins it and says why it ended: "stopped", "duration", "target-exited" or
         "permission"."""
         cdef int err = 0
-        cdef bint rt
         if self.loop_state != 0:
             raise RuntimeError("the sampler was started already")
         self.loop_duration = duration_s
         Py_INCREF(self)                 # the thread's reference, given back by wait()
         if not _take_spare(<void *>self, realtime, &self.loop_thread):
-            err = _create_thread(&self.loop_thread, realtime, _sampler_thread, <void *>self, &rt)
+            err = _create_thread(&self.loop_thread, realtime, _sampler_thread, <void *>self)
         if err != 0:
             Py_DECREF(self)
             raise OSError(err, f"cannot start the sampler's thread: {os.strerror(err)}")
@@ -564,13 +563,12 @@ cdef void *_sampler_thread(void *arg) noexcept nogil:
     return NULL
 
 
-cdef int _create_thread(pthread_t *thread, bint realtime, sdb_thread_fn fn, void *arg, bint *rt) noexcept nogil:
+cdef int _create_thread(pthread_t *thread, bint realtime, sdb_thread_fn fn, void *arg) noexcept nogil:
     """pthread_create: SCHED_FIFO at the lowest real-time priority from its birth when realtime
-    and allowed (rt says whether it is), else under the normal scheduler. 0 or an errno."""
+    and allowed, else under the normal scheduler. 0 or an errno."""
     cdef pthread_attr_t attr
     cdef sched_param param
     cdef int err = -1
-    rt[0] = 0
     if realtime:
         memset(&param, 0, sizeof(param))
         param.sched_priority = 1
@@ -579,7 +577,6 @@ cdef int _create_thread(pthread_t *thread, bint realtime, sdb_thread_fn fn, void
                 and pthread_attr_setschedpolicy(&attr, SCHED_FIFO) == 0
                 and pthread_attr_setschedparam(&attr, &param) == 0):
             err = pthread_create(thread, &attr, fn, arg)
-            rt[0] = err == 0
         pthread_attr_destroy(&attr)
     if err != 0:                        # not asked for, or not allowed (no CAP_SYS_NICE)
         err = pthread_create(thread, NULL, fn, arg)
@@ -637,11 +634,10 @@ def prepare_thread(bint realtime=False):
     nothing: when a process tree's recording begins, and after each process's start."""
     global _spare_thread, _spare_parked, _spare_realtime
     cdef pthread_t t
-    cdef bint rt = 0
     with nogil:
         pthread_mutex_lock(&_spare_mu)
         if not _spare_parked and _spare_sampler == NULL:
-            if _create_thread(&t, realtime, _spare_main, NULL, &rt) == 0:
+            if _create_thread(&t, realtime, _spare_main, NULL) == 0:
                 _spare_thread = t
                 _spare_parked = 1
                 _spare_realtime = realtime     # as asked: one not allowed is what start would make too
