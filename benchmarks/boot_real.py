@@ -7,7 +7,12 @@ Configurations, interleaved round by round, each timed from outside (wall clock 
   record    `sdb-sidecar record -- rubocop ...`: sampling at 1 kHz from the gem's load, eBPF on
   no-ebpf   the same with --no-ebpf
 rubocop runs on one core (taskset), the sidecar on the other; `--cache false` so every round does
-the same work. Ratio = median wall / median plain wall. Target: record at most 1.05x."""
+the same work. The order of the three turns round by round (a single boot spreads +-15 % on this
+project's VM, and its speed drifts over minutes). Ratio = median wall / median plain wall; beside it
+the median of each round's own ratio (record / the same round's plain), which drift between rounds
+does not move, and rubocop's own CPU time (all its threads, user + system, written at its exit by
+programs/cpu_at_exit.rb, loaded with -r in every configuration), which the sidecar's start and end
+do not include. Target: record at most 1.05x."""
 from __future__ import annotations
 
 import os
@@ -24,6 +29,7 @@ NAME = "boot_real"
 TARGET_RATIO = 1.05
 FILESET = ["/usr/share/rubygems-integration/all/gems/activesupport-6.1.7.10/lib/active_support"]
 SIDECAR = [sys.executable, "-m", "sdb_sidecar.cli"]
+CPU_AT_EXIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "cpu_at_exit.rb")
 
 
 def rubocop_argv(cfg) -> list:
@@ -33,44 +39,62 @@ def rubocop_argv(cfg) -> list:
     return [cfg.ruby, rubocop, "--cache", "false", "--format", "quiet", *FILESET]
 
 
-def timed(argv, env) -> float:
+def timed(argv, env, cpu_file):
+    """(wall s, rubocop's CPU s) of one run; cpu_file: where programs/cpu_at_exit.rb writes it."""
+    if os.path.exists(cpu_file):
+        os.unlink(cpu_file)
     t0 = time.monotonic()
     p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        text=True, env=env, timeout=600)
     wall = time.monotonic() - t0
     if p.returncode not in (0, 1):      # 1: rubocop found offenses
         raise RuntimeError(f"{argv[:4]}... exit {p.returncode}: {p.stderr.strip()[-300:]}")
-    return wall
+    with open(cpu_file) as f:
+        return wall, float(f.read())
 
 
 def run(cfg) -> str:
-    rounds = 1 if cfg.quick else (cfg.rounds or 7)
-    app = common.taskset(common.TARGET_CPU) + rubocop_argv(cfg)
-    env = common.gem_env(cfg)
-    walls = {"plain": [], "record": [], "no-ebpf": []}
+    rounds = 1 if cfg.quick else (cfg.rounds or 15)
+    names = ["plain", "record", "no-ebpf"]
+    walls = {n: [] for n in names}
+    cpus = {n: [] for n in names}
     attach_ms = []
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "t.msgpack")
+        cpu_file = os.path.join(tmp, "cpu")
+        env = common.gem_env(cfg, SDB_BENCH_CPU_FILE=cpu_file)
+        env["RUBYOPT"] = f"-r{CPU_AT_EXIT} {env.get('RUBYOPT', '')}".strip()
+        app = common.taskset(common.TARGET_CPU) + rubocop_argv(cfg)
         side = common.taskset(common.SAMPLER_CPU) + SIDECAR + ["record", "-q", "-o", out]
-        for _ in range(rounds):
-            walls["plain"].append(timed(app, env))
-            walls["record"].append(timed(side + ["--"] + app, env))
-            from sdb_trace import TraceReader
-            with TraceReader(out) as r:
-                for rec in r.records():
-                    if rec["t"] == "ebpf_attached":
-                        attach_ms.append((rec["at_ns"] - r.header["start_mono_ns"]) / 1e6)
-            walls["no-ebpf"].append(timed(side + ["--no-ebpf", "--"] + app, env))
+        argvs = {"plain": app, "record": side + ["--"] + app, "no-ebpf": side + ["--no-ebpf", "--"] + app}
+        for r in range(rounds):
+            for name in names[r % 3:] + names[:r % 3]:
+                wall, cpu = timed(argvs[name], env, cpu_file)
+                walls[name].append(wall)
+                cpus[name].append(cpu)
+                if name == "record":
+                    from sdb_trace import TraceReader
+                    with TraceReader(out) as tr:
+                        for rec in tr.records():
+                            if rec["t"] == "ebpf_attached":
+                                attach_ms.append((rec["at_ns"] - tr.header["start_mono_ns"]) / 1e6)
     plain = summary(walls["plain"])
     rows, table_rows = [], []
-    for name, w in walls.items():
-        s = summary(w)
+    for name in names:
+        s = summary(walls[name])
         ratio = s["median"] / plain["median"]
-        rows.append({"config": name, "wall_s": s, "ratio": ratio})
-        table_rows.append([name, fmt(s, 2), f"{ratio:.3f}x"])
-    table = common.markdown_table(["config", "wall s (median, min-max)", "vs plain"], table_rows)
+        paired = summary([w / p for w, p in zip(walls[name], walls["plain"])])
+        c = summary(cpus[name])
+        cpu_ratio = c["median"] / summary(cpus["plain"])["median"]
+        rows.append({"config": name, "wall_s": s, "ratio": ratio, "paired_ratio": paired, "cpu_s": c,
+                     "cpu_ratio": cpu_ratio})
+        table_rows.append([name, fmt(s, 2), f"{ratio:.3f}x", f"{fmt(paired, 3)}",
+                           f"{fmt(c, 2)}: {cpu_ratio:.3f}x"])
+    table = common.markdown_table(["config", "wall s (median, min-max)", "vs plain",
+                                   "each round vs its plain (median, min-max)", "rubocop's CPU s: vs plain"],
+                                  table_rows)
     extra = {"ebpf_attached_ms": summary(attach_ms) if attach_ms else None}
     common.write_result(cfg, NAME, {"rounds": rounds, "fileset": FILESET}, rows, table, extra)
     att = f"; eBPF attached {fmt(extra['ebpf_attached_ms'], 0)} ms after sampling began" if attach_ms else ""
     return (f"### boot_real: rubocop over activesupport 6.1's lib/active_support ({rounds} rounds, "
-            f"interleaved; target: record <= {TARGET_RATIO}x{att})\n\n{table}\n")
+            f"interleaved, order turning; target: record <= {TARGET_RATIO}x{att})\n\n{table}\n")
