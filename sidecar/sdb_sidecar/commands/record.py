@@ -106,9 +106,12 @@ class Recording:
                     counts = record(target, output, opts, on_signal=self.on_signal)
                     if counts.get("files") == [output]:
                         counts["files"] = [self.args.output]    # said as the user wrote it
-            except SdbError as e:  # the program runs on, unrecorded, as it would without sdb
-                error = e
-                sys.stderr.write(f"sdb-sidecar: error: {e} (the program runs on, unrecorded)\n")
+            except SdbError as e:
+                # NO_SUCH_PROCESS: the program (our child, not reaped: its pid is not reused) exited
+                # while sdb attached, before poll() could see it: it exited before sdb could attach
+                if e.code != Exit.NO_SUCH_PROCESS:  # else the program runs on, unrecorded
+                    error = e
+                    sys.stderr.write(f"sdb-sidecar: error: {e} (the program runs on, unrecorded)\n")
             status = self.wait_for_child()
         finally:
             for s, h in old.items():
@@ -144,8 +147,8 @@ class Recording:
             try:
                 return open_target(pid, wait_s=HALF_MADE_REGISTRY_S)
             except SdbError as e:
-                if self.child.poll() is not None:
-                    return None
+                if e.code == Exit.NO_SUCH_PROCESS or self.child.poll() is not None:
+                    return None         # the program exited (see run)
                 if e.code not in (Exit.REGISTRY_FORMAT, Exit.NO_GEM) or time.monotonic() > deadline:
                     raise
                 time.sleep(REGISTRY_POLL_S)
