@@ -184,6 +184,35 @@ def test_a_program_that_exits_as_the_gem_starts_keeps_its_status_and_is_no_error
                 or "(the program exited)" in p.stderr), (run, p.stderr)
 
 
+SPIN = "def sdb_spin_a_second; t = Process.clock_gettime(Process::CLOCK_MONOTONIC); " \
+       "x = 0; x += 1 while Process.clock_gettime(Process::CLOCK_MONOTONIC) - t < 1; end; sdb_spin_a_second; exit 5"
+
+
+@pytest.mark.parametrize("how", ["timeout", "sh -c"])
+def test_a_program_that_starts_ruby_has_that_ruby_recorded_and_keeps_its_status(tmp_path, how):
+    # GIVEN a program that is not Ruby but starts it as its child: `timeout 60 ruby ...`, and a
+    # shell that runs ruby (from its PATH) and then another command
+    ruby = ruby_cmd("-e", SPIN)
+    env = ruby_env()
+    if how == "timeout":
+        program = ["timeout", "60", *ruby]
+    else:
+        env["PATH"] = os.path.dirname(ruby[0]) + os.pathsep + env.get("PATH", "")
+        program = ["sh", "-c", shlex.join(["ruby", *ruby[1:]]) + "; exit $?"]
+    trace = tmp_path / "t.msgpack"
+    p = subprocess.run([*SIDECAR, "record", "-o", str(trace), "--", *program], capture_output=True, text=True,
+                       cwd=str(tmp_path), env=env, timeout=120)
+    # THEN record exits with the program's status, says which process it recorded and who started it
+    assert p.returncode == 5, p.stderr
+    assert f"started by {program[0]} (pid " in p.stderr, p.stderr
+    # AND the trace is that Ruby's: its command, its method, a second of samples
+    t = read_trace(trace)
+    assert t.header["command"][-2:] == ["-e", SPIN], t.header["command"]
+    assert t.header["pid"] != p.returncode and t.end["reason"] == "target-exited", t.end
+    spun = sum(1 for sample in t.samples if "sdb_spin_a_second" in t.labels_of(sample))
+    assert spun >= 500, (spun, len(t.samples))
+
+
 @pytest.mark.once
 def test_record_prints_the_commands_and_with_format_writes_the_profile_next_to_the_trace(start_record, tmp_path):
     # GIVEN record with no --format

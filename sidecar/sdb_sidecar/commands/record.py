@@ -11,11 +11,15 @@ import sys
 import time
 from typing import Dict, List, Optional
 
+from sdb_trace.output import printable
+
 from .. import __version__, incontext
 from ..errors import Exit, SdbError
 from ..options import Options
+from ..process import exiting
 from ..recorder import record
 from ..target import open_target, registry_path
+from ..tree import descendants
 from .common import add_recording_arguments, check_output_dir, finish_recording
 
 RUBY_NAME = re.compile(r"^ruby[0-9.]*$")
@@ -107,9 +111,9 @@ class Recording:
                     if counts.get("files") == [output]:
                         counts["files"] = [self.args.output]    # said as the user wrote it
             except SdbError as e:
-                # NO_SUCH_PROCESS: the program (our child, not reaped: its pid is not reused) exited
-                # while sdb attached, before poll() could see it: it exited before sdb could attach
-                if e.code != Exit.NO_SUCH_PROCESS:  # else the program runs on, unrecorded
+                # the program (our child, not reaped: its pid is not reused) exited while sdb
+                # attached, before poll() could see it: it exited before sdb could attach
+                if e.code != Exit.NO_SUCH_PROCESS and not exiting(self.child.pid):  # else it runs on, unrecorded
                     error = e
                     sys.stderr.write(f"sdb-sidecar: error: {e} (the program runs on, unrecorded)\n")
             status = self.wait_for_child()
@@ -127,28 +131,54 @@ class Recording:
         return error.code if error is not None else status
 
     def wait_for_target(self):
-        """The program's registry, opened (None if the program exited first)."""
-        pid = self.child.pid
-        path = registry_path(pid)
+        """The program's registry, opened; or, when the program is not Ruby itself but starts it
+        (`time`, `timeout`, `sh -c`, a Procfile runner; not with --no-children), the registry of
+        its first descendant that runs the gem (a descendant's own descendants are then recorded
+        with it). None if the program exited first."""
+        root = self.child.pid
         started = time.monotonic()
         noticed = False
         while self.child.poll() is None:
-            if os.path.exists(path):
-                break
-            if not noticed and time.monotonic() - started > SLOW_START_NOTICE_S and not self.args.quiet:
-                noticed = True
-                sys.stderr.write(f"sdb: waiting for {self.argv[0]} (pid {pid}) to load the sdb gem "
-                                 f"(is it a Ruby program?)\n")
-            time.sleep(REGISTRY_POLL_S)
-        else:
+            pid = self.registered(root)
+            if pid is None:
+                if not noticed and time.monotonic() - started > SLOW_START_NOTICE_S and not self.args.quiet:
+                    noticed = True
+                    sys.stderr.write(f"sdb: waiting for {self.argv[0]} (pid {root}) to load the sdb gem "
+                                     f"(is it a Ruby program, or one that starts Ruby?)\n")
+                time.sleep(REGISTRY_POLL_S)
+                continue
+            target = self.open(pid)
+            if target is not None:
+                if pid != root and not self.args.quiet:
+                    sys.stderr.write(f"sdb: recording pid {pid} ({printable(' '.join(target.command)[:80])}), "
+                                     f"started by {self.argv[0]} (pid {root})\n")
+                return target
+        return None
+
+    def registered(self, root: int) -> Optional[int]:
+        """root if its registry exists; else (with children) its first descendant, parents first,
+        whose registry exists; else None."""
+        if os.path.exists(registry_path(root)):
+            return root
+        if getattr(self.args, "no_children", False):
             return None
+        for pid in descendants(root):
+            if os.path.exists(registry_path(pid)):
+                return pid
+        return None
+
+    def open(self, pid: int):
+        """pid's registry, opened once its header is written; None if pid (the program, or the
+        descendant found) exited meanwhile: the caller looks again while the program runs."""
         deadline = time.monotonic() + HALF_MADE_REGISTRY_S
         while True:
             try:
                 return open_target(pid, wait_s=HALF_MADE_REGISTRY_S)
             except SdbError as e:
-                if e.code == Exit.NO_SUCH_PROCESS or self.child.poll() is not None:
-                    return None         # the program exited (see run)
+                # gone or on its way out (its memory map goes first: "not a Ruby process", "exited");
+                # the program itself is not reaped yet, so its pid is not another process's
+                if e.code == Exit.NO_SUCH_PROCESS or exiting(pid) or self.child.poll() is not None:
+                    return None         # the program exited (see run), or the descendant did
                 if e.code not in (Exit.REGISTRY_FORMAT, Exit.NO_GEM) or time.monotonic() > deadline:
                     raise
                 time.sleep(REGISTRY_POLL_S)
@@ -204,7 +234,9 @@ def env_with_gem(argv: List[str]) -> Dict[str, str]:
 
 
 def ruby_for(argv: List[str]) -> str:
-    """The Ruby that will run argv: argv[0] itself, the interpreter of its #! line, else `ruby` on PATH."""
+    """The Ruby that will run argv: argv[0] itself, the interpreter of its #! line, the first later
+    word that names a Ruby (`time ruby ...`, `timeout 60 /opt/ruby/bin/ruby ...`), else `ruby` on
+    PATH."""
     exe = argv[0] if "/" in argv[0] else shutil.which(argv[0])
     if exe is None or not os.path.exists(exe):
         raise SdbError(f"cannot run {argv[0]}: command not found", Exit.CHILD_FAILED)
@@ -215,6 +247,11 @@ def ruby_for(argv: List[str]) -> str:
     interpreter = shebang_ruby(exe)
     if interpreter:
         return interpreter
+    for word in argv[1:]:
+        if RUBY_NAME.match(os.path.basename(word)):
+            named = word if "/" in word else shutil.which(word)
+            if named and os.access(named, os.X_OK) and not os.path.isdir(named):
+                return named
     ruby = shutil.which("ruby")
     if ruby is None:
         raise SdbError(f"cannot tell which Ruby runs {argv[0]}: no ruby on PATH", Exit.CHILD_FAILED)
