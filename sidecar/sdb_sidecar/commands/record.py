@@ -153,6 +153,7 @@ class Recording:
                     sys.stderr.write(f"sdb: recording pid {pid} ({printable(' '.join(target.command)[:80])}), "
                                      f"started by {self.argv[0]} (pid {root})\n")
                 return target
+            time.sleep(REGISTRY_POLL_S)     # it exited: a zombie is listed until it is reaped
         return None
 
     def registered(self, root: int) -> Optional[int]:
