@@ -158,27 +158,40 @@ class RemoteRuby:
                 pathobj, items)
         return body, b, refs
 
-    def iseq_info(self, iseq: int) -> dict:
-        """label, base_label, path, realpath, first_line, type of an ISeq. Its name is read from objects
-        GC compaction may move (and reuse the old slots of) while we read: the ISeq must refer to the
-        same objects after the strings were read as before, else nothing read is trusted."""
-        L = self.L
-        body, b, refs = self._iseq_refs(iseq)
+    def _iseq_strings(self, refs: tuple) -> tuple:
+        """(label, base_label, path, realpath) read from the objects of _iseq_refs."""
         label_v, base_v, pathobj, items = refs
-        itype = struct.unpack_from("<I", b, L["body_type"])[0]
         label = self.string(label_v, "ISeq label") or ""
         base_label = self.string(base_v, "ISeq base label") or ""
-        if L["body_first_lineno_is_fixnum"]:
-            first_line = struct.unpack_from("<q", b, L["body_first_lineno"])[0] >> L["fixnum_shift"]
-        else:
-            first_line = struct.unpack_from("<i", b, L["body_first_lineno"])[0]
         if not items:
             path = realpath = self.string(pathobj, "ISeq path") or ""
         else:
             path = self.string(items[0], "ISeq path") or ""
             realpath = self.string(items[1], "ISeq realpath") if len(items) > 1 else None
-        if self._iseq_refs(iseq)[::2] != (body, refs):
+        return label, base_label, path, realpath
+
+    def iseq_info(self, iseq: int) -> dict:
+        """label, base_label, path, realpath, first_line, type of an ISeq. Its name is read from objects
+        GC compaction may move (and reuse the old slots of) while we read: the ISeq must refer to the
+        same objects before, between and after two reads of the strings, and the two reads must agree,
+        else nothing read is trusted. One re-check of the objects after one read was not enough: busy
+        run 17 (test_compact_paths, GC.compact every 10 ms, a loaded machine) named an ISeq with the
+        path "2057858", one of the program's junk Strings: most likely a read preempted across
+        compactions found the name's object moved out and its slot taken by that String, and the
+        object back by the time it looked again (the trace was lost: not proven). That now needs
+        the same String at the same slot in both reads as well."""
+        L = self.L
+        body, b, refs = self._iseq_refs(iseq)
+        itype = struct.unpack_from("<I", b, L["body_type"])[0]
+        if L["body_first_lineno_is_fixnum"]:
+            first_line = struct.unpack_from("<q", b, L["body_first_lineno"])[0] >> L["fixnum_shift"]
+        else:
+            first_line = struct.unpack_from("<i", b, L["body_first_lineno"])[0]
+        strings = self._iseq_strings(refs)
+        if self._iseq_refs(iseq)[::2] != (body, refs) or self._iseq_strings(refs) != strings \
+                or self._iseq_refs(iseq)[::2] != (body, refs):
             raise RemoteReadError(f"ISeq 0x{iseq:x}: its name's objects moved while they were read")
+        label, base_label, path, realpath = strings
         info = {"label": label, "base_label": base_label, "path": path, "realpath": realpath,
                 "first_line": first_line, "type": trace_iseq_type(L, itype)}
         if L["body_builtin_attrs"] != NA:
@@ -217,7 +230,15 @@ class RemoteRuby:
         path of the class it is defined in, as rb_profile_frame_classpath gives it; None when
         unknown) and `singleton` (a singleton method: `Foo.bar`, not `Foo#bar`). `expect`: the
         (def, defined_class) the sampler saw there; another pair means the entry was moved or
-        replaced since (RemoteReadError: no name rather than another entry's)."""
+        replaced since (RemoteReadError: no name rather than another entry's). Read twice: the two
+        must agree, as an ISeq's name must (iseq_info: a compaction may move the strings it is made
+        of, and another String take their slot, between a read and a look again)."""
+        first = self._method_info_once(me, expect)
+        if self._method_info_once(me, expect) != first:
+            raise RemoteReadError(f"the method entry at 0x{me:x}: its name's objects moved while they were read")
+        return first
+
+    def _method_info_once(self, me: int, expect: Optional[Tuple[int, int]]) -> dict:
         L = self.L
         head = self.read(me, max(L["me_defined_class"], L["me_def"]) + 8, "method entry")
         flags = struct.unpack_from("<Q", head, 0)[0]
