@@ -104,7 +104,7 @@ class Recording:
             # a hang-up reaches the program too; the recording ends when the program does
             old[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)
             try:
-                target = self.wait_for_target()
+                target = self.wait_for_target(opts.children)
                 if target is not None:
                     # quiet: the program owns the terminal
                     counts = record(target, output, opts, on_signal=self.on_signal)
@@ -113,7 +113,7 @@ class Recording:
             except SdbError as e:
                 # the program (our child, not reaped: its pid is not reused) exited while sdb
                 # attached, before poll() could see it: it exited before sdb could attach
-                if e.code != Exit.NO_SUCH_PROCESS and not exiting(self.child.pid):  # else it runs on, unrecorded
+                if not exiting(self.child.pid):     # else it runs on, unrecorded
                     error = e
                     sys.stderr.write(f"sdb-sidecar: error: {e} (the program runs on, unrecorded)\n")
             status = self.wait_for_child()
@@ -130,16 +130,16 @@ class Recording:
                              f"nothing recorded\n")
         return error.code if error is not None else status
 
-    def wait_for_target(self):
+    def wait_for_target(self, children: bool):
         """The program's registry, opened; or, when the program is not Ruby itself but starts it
-        (`time`, `timeout`, `sh -c`, a Procfile runner; not with --no-children), the registry of
+        (`time`, `timeout`, `sh -c`, a Procfile runner; with `children`), the registry of
         its first descendant that runs the gem (a descendant's own descendants are then recorded
         with it). None if the program exited first."""
         root = self.child.pid
         started = time.monotonic()
         noticed = False
         while self.child.poll() is None:
-            pid = self.registered(root)
+            pid = self.registered(root, children)
             if pid is None:
                 if not noticed and time.monotonic() - started > SLOW_START_NOTICE_S and not self.args.quiet:
                     noticed = True
@@ -156,12 +156,12 @@ class Recording:
             time.sleep(REGISTRY_POLL_S)     # it exited: a zombie is listed until it is reaped
         return None
 
-    def registered(self, root: int) -> Optional[int]:
+    def registered(self, root: int, children: bool) -> Optional[int]:
         """root if its registry exists; else (with children) its first descendant, parents first,
         whose registry exists; else None."""
         if os.path.exists(registry_path(root)):
             return root
-        if getattr(self.args, "no_children", False):
+        if not children:
             return None
         for pid in descendants(root):
             if os.path.exists(registry_path(pid)):
@@ -178,7 +178,7 @@ class Recording:
             except SdbError as e:
                 # gone or on its way out (its memory map goes first: "not a Ruby process", "exited");
                 # the program itself is not reaped yet, so its pid is not another process's
-                if e.code == Exit.NO_SUCH_PROCESS or exiting(pid) or self.child.poll() is not None:
+                if exiting(pid) or self.child.poll() is not None:
                     return None         # the program exited (see run), or the descendant did
                 if e.code not in (Exit.REGISTRY_FORMAT, Exit.NO_GEM) or time.monotonic() > deadline:
                     raise
