@@ -63,8 +63,8 @@ def record(target: Target, out_path: str, opts: Options, status_stream=None, on_
     files = Files(out_path, opts)
     path = files.next()
     out = open_output(path)
-    sampler = new_sampler(target, opts)
     try:
+        sampler = new_sampler(target, opts)
         check_readable(target.pid, target.registry, sampler)
     except SdbError:
         out.close()

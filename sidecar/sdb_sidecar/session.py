@@ -12,15 +12,16 @@ from typing import Optional
 
 from sdb_trace import TraceWriter
 
-from . import _sampler
+from . import _registry, _sampler
 from .drainer import Drainer
+from .errors import Exit, SdbError
 from .ebpf import DEFAULT_MAX_RATE, EbpfSymbolizer, EbpfUnavailable, EbpfView
 from .kview import KernelView
 from . import bpfload, incontext
 from .incontext import InContext
 from .options import Options
 from .process import alive, execd_another, exiting, pidfd
-from .target import Target
+from .target import Target, process_exists
 from .wakeup import Wakeup
 
 DRAIN_INTERVAL_S = 0.1        # the shortest gap between two drains (and top's refresh) ...
@@ -46,8 +47,17 @@ def realtime_sampling(rate_hz: float) -> bool:
 
 
 def new_sampler(target: Target, opts: Options) -> "_sampler.Sampler":
-    """The sampler for this target, told where procfs lists its threads (a container's own procfs)."""
-    sampler = _sampler.Sampler(target.registry, target.pid, opts.rate_hz, opts.max_depth)
+    """The sampler for this target, told where procfs lists its threads (a container's own procfs).
+    Raises SdbError when the registry open_target checked is not one any more: the sampler takes
+    its own copy of the header, and a fork child's file goes back to its parent, emptied, once the
+    child is gone (the gem's spare registry; busy run 18: a descendant of a recorded tree caught in
+    between ended the whole recording with a traceback)."""
+    try:
+        sampler = _sampler.Sampler(target.registry, target.pid, opts.rate_hz, opts.max_depth)
+    except _registry.RegistryError as e:
+        if not process_exists(target.pid):
+            raise SdbError(f"process {target.pid} exited", Exit.NO_SUCH_PROCESS) from None
+        raise SdbError(str(e), Exit.REGISTRY_FORMAT) from None
     sampler.use_task_dir(target.task_dir)
     return sampler
 
