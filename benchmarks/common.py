@@ -159,9 +159,12 @@ def gem_env(cfg, **extra) -> dict:
     return env
 
 
-def cpu_ns(pid: int) -> int:
-    """On-CPU time of the whole process pid so far, in ns (the sum of proc_cpu_ns)."""
-    return sum(proc_cpu_ns(pid).values())
+def cpu_ns_between(a: dict, b: dict) -> int:
+    """On-CPU time, in ns, between two proc_cpu_ns readings of one process: what each thread alive at
+    the second ran since the first (a thread that ended between them is not counted; subtracting
+    the sums instead took the time of threads that ended, such as the sidecar's compile threads,
+    off the total: negative CPU)."""
+    return sum(v - a.get(t, 0) for t, v in b.items())
 
 
 def _alive(pid: int) -> bool:

@@ -78,9 +78,9 @@ def one(cfg, workload: str, size: int, profiler: str, rate: int, tmp: str, tag: 
 
         if rate:
             with common.sidecar(p.pid, rate, trace) as sc:
-                a = common.cpu_ns(sc.pid)
+                a = common.proc_cpu_ns(sc.pid)
                 res["seconds"] = go()
-                res["sidecar_cpu_s"] = (common.cpu_ns(sc.pid) - a) / 1e9  # during the workload only
+                res["sidecar_cpu_s"] = common.cpu_ns_between(a, common.proc_cpu_ns(sc.pid)) / 1e9  # during the workload only
             res["samples"] = sc.end.get("samples", 0)
             res["rate_hz"] = sc.rate_hz
             os.unlink(trace)

@@ -6,8 +6,9 @@ covers the sidecar's start and the program's compile, with no sidecar, with `att
 round; the app on CPU 1, the sidecar on CPU 0. Prints each configuration's iterations as a ratio to
 the same round's "none" (median, min-max) and the BPF program's own time per run from the kernel's
 statistics (kernel.bpf_stats_enabled: every run, on every CPU, the early returns included).
+--rate: the sidecar's sampling rate (the reads follow it up to incontext.MAX_RATE_HZ).
 
-    .venv/bin/python benchmarks/in_context_cost.py --ruby /usr/bin/ruby --gem-home build/gem-home [--rounds 5]
+    .venv/bin/python benchmarks/in_context_cost.py --ruby /usr/bin/ruby --gem-home build/gem-home [--rounds 5] [--rate 1000]
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def prog_stats(pid: int) -> tuple:
     return ns, cnt
 
 
-def one(ruby: str, gem_home: str, config: str, warmup: float, measure: float) -> tuple:
+def one(ruby: str, gem_home: str, config: str, warmup: float, measure: float, rate: float) -> tuple:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SDB_", "RUBY", "GEM_"))}
     env["GEM_HOME"] = env["GEM_PATH"] = gem_home
     argv = ["taskset", "-c", "1", ruby, *(["-rsdb"] if config != "none" else []), PROGRAM, str(warmup), str(measure)]
@@ -49,7 +50,7 @@ def one(ruby: str, gem_home: str, config: str, warmup: float, measure: float) ->
     sidecar, stats = None, (0, 0)
     if config != "none":
         sidecar = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-m", "sdb_sidecar.cli", "attach", "--pid",
-                                    str(target.pid), "-o", "/tmp/sdb-in-context-cost.msgpack", "-q",
+                                    str(target.pid), "-o", "/tmp/sdb-in-context-cost.msgpack", "-q", "--rate", f"{rate:g}",
                                     "--duration", str(warmup + measure + 5),
                                     *(["--no-in-context"] if config == "outside" else [])],
                                    cwd=REPO, stderr=subprocess.DEVNULL)
@@ -71,15 +72,16 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--measure", type=float, default=5.0)
+    ap.add_argument("--rate", type=float, default=1000.0, help="the sidecar's --rate (default 1000)")
     a = ap.parse_args()
     subprocess.run(["sysctl", "-qw", "kernel.bpf_stats_enabled=1"], check=False)
     ratios = {c: [] for c in CONFIGS}
     per_run = []
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {a.rounds} rounds, {a.ruby}, "
-          f"warm-up {a.warmup:g} s, {a.measure:g} s measured")
+          f"warm-up {a.warmup:g} s, {a.measure:g} s measured, --rate {a.rate:g}")
     for r in range(a.rounds):
         order = CONFIGS[r % 3:] + CONFIGS[:r % 3]
-        got = {c: one(a.ruby, os.path.abspath(a.gem_home), c, a.warmup, a.measure) for c in order}
+        got = {c: one(a.ruby, os.path.abspath(a.gem_home), c, a.warmup, a.measure, a.rate) for c in order}
         for c in CONFIGS:
             ratios[c].append(got[c][0] / got["none"][0])
         ns, cnt = got["in context"][1]

@@ -3,7 +3,7 @@
 A stack copied from another CPU while its thread runs changes during the copy; the sampler's
 checks keep what both frame pointers hold, so a method whose calls are shorter than a copy (a few
 us: most C functions, many small Ruby methods) loses its samples to its caller. `bpf/stack_in_context.c`,
-attached to a cpu-clock perf event at the sampling rate on every CPU, copies the control frames,
+attached to a cpu-clock perf event at the sampling rate (at most MAX_RATE_HZ) on every CPU, copies the control frames,
 the ec's header and the top of the VM stack of a thread the sampler asked for, when the tick finds
 it on that CPU, into the thread's slot of a BPF array mapped here (BPF_F_MMAPABLE,
 `bpf/ctxslot.h`). The sampler takes a thread's newest such read at its own tick
@@ -32,6 +32,18 @@ CTX_SLOTS = 128                     # slot = tid & (CTX_SLOTS - 1)
 PERF_TYPE_SOFTWARE = 0x1
 PERF_COUNT_SW_CPU_CLOCK = 0x0
 OVERSAMPLE = 1.07
+# the reads' rate never goes above this, whatever the sampling rate: each read is a timer interrupt
+# on every CPU, and on a virtual machine an interrupt costs the app ~25 us (a loop ran 1.3-1.4x
+# slower with reads at 10 kHz, and 744x at 100 kHz, where the interrupts took the whole CPU:
+# benchmarks/RESULTS.md, "The in-context reads' rate"). Above it a running thread is read in context
+# at about this rate and from outside at the other ticks (the end record's in_context counts which)
+MAX_RATE_HZ = 1000.0
+
+
+def read_period_ns(rate_hz: float) -> int:
+    """The cpu-clock period of the reads for a sampler ticking at rate_hz: OVERSAMPLE reads per tick up
+    to MAX_RATE_HZ ticks a second, then MAX_RATE_HZ * OVERSAMPLE reads a second."""
+    return int(1e9 / (min(rate_hz, MAX_RATE_HZ) * OVERSAMPLE))
 
 
 class InContext(MappedProgram):
@@ -60,8 +72,9 @@ class InContext(MappedProgram):
             # takes the newest read since a thread's last sample, and finds one at almost every
             # tick (a tick finds none in ~1 of 1,000); each interrupt costs the app (2x: -2.7 %).
             # Not a whole multiple of the rate: the reads drift across the ticks (and across a 1 ms
-            # timer in the app, such as stackprof's) instead of keeping one phase to them
-            period = max(1000, int(1e9 / (self.rate_hz * OVERSAMPLE)))
+            # timer in the app, such as stackprof's) instead of keeping one phase to them. At most
+            # MAX_RATE_HZ (the interrupts' cost)
+            period = read_period_ns(self.rate_hz)
             self._bpf.attach_perf_event(ev_type=PERF_TYPE_SOFTWARE, ev_config=PERF_COUNT_SW_CPU_CLOCK,
                                         fn_name=b"on_cpu_clock", sample_period=period)
         except Exception as e:  # bcc raises a bare Exception for a failed compile, load or attach

@@ -69,3 +69,28 @@ def test_a_callee_whose_calls_are_shorter_than_a_copy_keeps_its_half_of_the_samp
     share = leaves["Object#callee"] / n
     assert 0.30 <= share <= 0.70, (share, t.end["in_context"], leaves.most_common(4))
     assert wrong == [], collections.Counter(wrong).most_common(4)
+
+
+def test_in_context_reads_stay_at_about_1khz_when_the_sampler_ticks_at_10khz(ruby_target, sidecar_process, tmp_path):
+    # GIVEN a thread that runs all the time
+    target = ruby_target("callee_share.rb", "20", "600", "sdb")
+    trace = tmp_path / "trace.msgpack"
+    # WHEN it is recorded at 10 kHz (eBPF on) until 20,000 samples are in after the reads
+    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(trace), "--rate", "10000",
+                              "--duration", "600", "-q")
+    wait_for(lambda: ebpf_attached_so_far(trace) or sidecar.poll() is not None, 300, what="eBPF attached")
+    assert sidecar.poll() is None, sidecar.communicate()[1]
+    n0 = samples_so_far(trace)
+    wait_for(lambda: samples_so_far(trace) >= n0 + 20_000 or sidecar.poll() is not None, 300, what="20,000 samples")
+    sidecar.send_signal(signal.SIGINT)
+    _, err = sidecar.communicate(timeout=60)
+    assert sidecar.returncode == 0, err
+    end = read_trace(trace).end
+    # THEN its stack was copied in context at no more than ~1 kHz (each copy is a timer interrupt on
+    # every CPU, in the app's time: 1.3x the loop's time at 10 kHz on a VM, the whole CPU at 100 kHz),
+    # and still copied in context. A bound from above: a loaded machine only lowers the count (the
+    # factor 1.5: a thread moved to the other CPU can meet that CPU's timer soon after a read)
+    since = end["in_context_since_ns"]
+    assert since > 0 and end["in_context"] > 0, end
+    seconds = (end["at_ns"] - since) / 1e9
+    assert end["in_context"] <= 1.5 * 1070 * seconds + 50, (end["in_context"], seconds, end)

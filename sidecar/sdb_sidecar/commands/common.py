@@ -41,7 +41,8 @@ def add_recording_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-in-context", action="store_true",
                    help="copy running threads' stacks from outside only (default, with eBPF: a BPF program "
                         "copies a running thread's stack on its own CPU at a timer tick, so that calls shorter "
-                        "than a copy keep their samples; the ticks cost a busy app ~1.4 %% at 1 kHz)")
+                        "than a copy keep their samples; the ticks cost a busy app ~1.4-3 %% at 1 kHz, and stay at "
+                        "1 kHz at higher --rate)")
     p.add_argument("--ebpf-max-rate", type=non_negative_float, default=DEFAULTS.ebpf_max_rate, metavar="N",
                    help=f"ISeqs created per second above which the eBPF probes are paused (each costs the app "
                         f"~2 us; ISeqs born while paused are named by remote reads); 0: never pause "
