@@ -23,24 +23,32 @@ STACKS = {("<main>", "Object#caller_of"), ("<main>", "Object#caller_of", "Object
           ("<main>",), ("<main>", "Process.clock_gettime")}     # every stack callee_share.rb has
 
 
+def record_callee_share(ruby_target, sidecar_process, tmp_path, samples: int, *args: str):
+    """callee_share.rb N=20 (a caller spending half its time in a callee whose calls last under 1 us,
+    half in the same loop of its own), attached with eBPF (in-context reads) until `samples` samples
+    are in after the symbolizer's record (the reads are attached before it; bcc's compile takes
+    seconds, a minute on a loaded machine, and the sampler does not wait for it): the trace's path, and
+    the trace read."""
+    target = ruby_target("callee_share.rb", "20", "600", "sdb")
+    trace = tmp_path / "trace.msgpack"
+    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(trace), "--duration", "600", "-q", *args)
+    wait_for(lambda: ebpf_attached_so_far(trace) or sidecar.poll() is not None, 300, what="eBPF attached")
+    assert sidecar.poll() is None, sidecar.communicate()[1]
+    n0 = samples_so_far(trace)
+    wait_for(lambda: samples_so_far(trace) >= n0 + samples or sidecar.poll() is not None, 300,
+             what=f"{samples:,} samples")
+    sidecar.send_signal(signal.SIGINT)
+    _, err = sidecar.communicate(timeout=60)
+    assert sidecar.returncode == 0, err
+    return trace, read_trace(trace)
+
+
 def test_a_callee_whose_calls_are_shorter_than_a_copy_keeps_its_half_of_the_samples(ruby_target, sidecar_process,
                                                                                      tmp_path):
     # GIVEN a caller that spends half its time in a callee whose calls last under 1 us, and half
     # in the same loop of its own
-    target = ruby_target("callee_share.rb", "20", "600", "sdb")
-    trace = tmp_path / "trace.msgpack"
     # WHEN it is recorded (eBPF on: in-context reads) until 6,000 samples are in after the reads
-    # (attached before the symbolizer's record; bcc's compile takes seconds, a minute on a loaded
-    # machine, and the sampler does not wait for it)
-    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(trace), "--duration", "600", "-q")
-    wait_for(lambda: ebpf_attached_so_far(trace) or sidecar.poll() is not None, 300, what="eBPF attached")
-    assert sidecar.poll() is None, sidecar.communicate()[1]
-    n0 = samples_so_far(trace)
-    wait_for(lambda: samples_so_far(trace) >= n0 + 6_000 or sidecar.poll() is not None, 300, what="6,000 samples")
-    sidecar.send_signal(signal.SIGINT)
-    _, err = sidecar.communicate(timeout=60)
-    assert sidecar.returncode == 0, err
-    t = read_trace(trace)
+    trace, t = record_callee_share(ruby_target, sidecar_process, tmp_path, 6_000)
     since = t.end["in_context_since_ns"]
     # THEN the reads came from the thread's own CPU once they were in
     assert since > 0 and t.end["in_context"] > 0, t.end
@@ -73,19 +81,8 @@ def test_a_callee_whose_calls_are_shorter_than_a_copy_keeps_its_half_of_the_samp
 
 def test_in_context_reads_stay_at_about_1khz_when_the_sampler_ticks_at_10khz(ruby_target, sidecar_process, tmp_path):
     # GIVEN a thread that runs all the time
-    target = ruby_target("callee_share.rb", "20", "600", "sdb")
-    trace = tmp_path / "trace.msgpack"
     # WHEN it is recorded at 10 kHz (eBPF on) until 20,000 samples are in after the reads
-    sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(trace), "--rate", "10000",
-                              "--duration", "600", "-q")
-    wait_for(lambda: ebpf_attached_so_far(trace) or sidecar.poll() is not None, 300, what="eBPF attached")
-    assert sidecar.poll() is None, sidecar.communicate()[1]
-    n0 = samples_so_far(trace)
-    wait_for(lambda: samples_so_far(trace) >= n0 + 20_000 or sidecar.poll() is not None, 300, what="20,000 samples")
-    sidecar.send_signal(signal.SIGINT)
-    _, err = sidecar.communicate(timeout=60)
-    assert sidecar.returncode == 0, err
-    end = read_trace(trace).end
+    end = record_callee_share(ruby_target, sidecar_process, tmp_path, 20_000, "--rate", "10000")[1].end
     # THEN its stack was copied in context at no more than ~1 kHz (each copy is a timer interrupt on
     # every CPU, in the app's time: 1.3x the loop's time at 10 kHz on a VM, the whole CPU at 100 kHz),
     # and still copied in context. A bound from above: a loaded machine only lowers the count (the
