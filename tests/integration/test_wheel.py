@@ -3,9 +3,11 @@ virtualenv (the system's Python, nothing of the source tree on its path and no p
 packages), records a Ruby program with eBPF naming its ISeqs at birth and symbolizes the trace."""
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -48,10 +50,14 @@ def test_a_wheel_in_a_clean_virtualenv_records_with_ebpf_and_symbolizes(tmp_path
     run([sys._base_executable, "-m", "venv", venv])
     run([venv / "bin" / "pip", "install", "-q", "--disable-pip-version-check", wheels[0]])
     py = venv / "bin" / "python"
-    where = run([py, "-c", "import sys, sdb_sidecar, sdb_symbolize; print(sdb_sidecar.__file__); print(sys.path)"],
+    where = run([py, "-c", "import json, sys, sdb_sidecar, sdb_symbolize; "
+                           "print(json.dumps([sdb_sidecar.__file__, sdb_symbolize.__file__, sys.path]))"],
                 cwd=tmp_path).stdout
-    assert where.startswith(str(venv)), where
-    assert str(REPO) not in where and "dist-packages" not in where, where
+    sidecar_file, symbolize_file, path = json.loads(where)
+    # (by path, not by string: a temp dir named like the checkout, /x/repo.tmp, is not in /x/repo)
+    assert all(Path(f).is_relative_to(venv) for f in (sidecar_file, symbolize_file)), where
+    assert not any(p and Path(p).resolve().is_relative_to(Path(REPO).resolve()) for p in path), where
+    assert "dist-packages" not in where, where
     # WHEN its sdb-sidecar records a program that defines methods all the time, until eBPF named some
     target = ruby_target("evals_forever.rb")
     trace = tmp_path / "trace.msgpack"
