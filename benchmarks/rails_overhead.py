@@ -153,11 +153,12 @@ def run_one(cfg, name, profiler, rate, warmup, duration, server, port, trace, re
         w = wrk(port, duration)
         b, t1 = common.proc_cpu_ns(server.pid), time.monotonic()
         sc_b = common.proc_cpu_ns(sidecar_pid) if sidecar_pid else {}
+        server_ns = common.cpu_ns_between(a, b)
         res.update(requests=w["requests"], rps=w["requests"] / (w["duration_us"] / 1e6),
                    p50_ms=w["latency_us"]["p50"] / 1e3, p90_ms=w["latency_us"]["p90"] / 1e3,
                    p99_ms=w["latency_us"]["p99"] / 1e3, mean_ms=w["latency_us"]["mean"] / 1e3,
-                   server_cpu_pct=100.0 * common.cpu_ns_between(a, b) / ((t1 - t0) * 1e9), wrk_cpu_pct=100.0 * w["cpu_s"] / (t1 - t0),
-                   server_cpu_ms_per_req=common.cpu_ns_between(a, b) / 1e6 / max(1, w["requests"]))
+                   server_cpu_pct=100.0 * server_ns / ((t1 - t0) * 1e9), wrk_cpu_pct=100.0 * w["cpu_s"] / (t1 - t0),
+                   server_cpu_ms_per_req=server_ns / 1e6 / max(1, w["requests"]))
         if sidecar_pid:  # the sidecar's main thread is its Python side (drain, trace); others sample
             win = (t1 - t0) * 1e9
             py = sc_b.get(sidecar_pid, 0) - sc_a.get(sidecar_pid, 0)
