@@ -89,8 +89,10 @@ BPF_PERCPU_ARRAY(dropped, u64, 1);         /* records that did not fit */
  * itself and wakes the reader, so a burst stops costing the app the moment it overdraws the budget,
  * not a wake-up and a poll later; the sidecar then takes the probes out. The sidecar sets [1], and
  * [2] for a pause it decides itself or to resume.
- * [3]: non-zero while the reader sleeps until records come: the next record clears it and wakes it. */
-BPF_ARRAY(budget, u64, 4);
+ * [3]: non-zero while the reader sleeps until records come: the next record clears it and wakes it.
+ * Mapped by the sidecar (BPF_F_MMAPABLE): its samplers read [2] at every tick (a pause voids the names
+ * eBPF gave before it; they name every ISeq anew at once, not when the sidecar's threads notice). */
+BPF_F_TABLE("array", u32, u64, budget, 4, BPF_F_MMAPABLE);
 /* The processes recorded (tgid -> 1): the sidecar adds each one before its probes are attached. */
 BPF_HASH(targets, u32, u32, 4096);
 

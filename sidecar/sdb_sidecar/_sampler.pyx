@@ -71,6 +71,9 @@ cdef class Sampler(States):
     cdef int stop_flag
     cdef int wake_fd                     # eventfd of the drain loop (-1: none): see set_wake_fd
     cdef int wake_sent                   # signalled since the last drain
+    cdef const uint64_t *pause_word      # eBPF's pause flag (watch_ebpf_pause), NULL: none
+    cdef uint64_t pause_seen             # its value at the last tick
+    cdef readonly uint64_t pauses_seen   # its changes seen at a tick: every ISeq named anew there
     # counters (read by stats())
     cdef readonly uint64_t late, missed, torn, retried, errors, threads_seen
     cdef readonly uint64_t start_ns, last_tick_ns
@@ -143,12 +146,28 @@ cdef class Sampler(States):
         born unseen at a known address, with the same instruction buffer as the one before it,
         would otherwise pass for that one. Every thread's next sample is read whole and checked
         (no frame taken from its previous sample, no idle reuse), so each ISeq on it is named anew."""
-        cdef uint32_t i
         with nogil:
             pthread_mutex_lock(&self.mu)
-            sdb_intern_clear(&self.iseqs)
-            for i in range(self.nslots + 1):
-                self.cache[i].has_prev = 0
+            self.forget_iseqs_locked()
+            pthread_mutex_unlock(&self.mu)
+
+    cdef void forget_iseqs_locked(self) noexcept nogil:
+        cdef uint32_t i
+        sdb_intern_clear(&self.iseqs)
+        for i in range(self.nslots + 1):
+            self.cache[i].has_prev = 0
+
+    def watch_ebpf_pause(self, size_t address):
+        """Read eBPF's pause flag (the 64-bit word at `address`: non-zero from the moment the creation
+        probes stop until they are attached again; ebpf.EbpfSymbolizer.pause_word) at every tick, and
+        forget every ISeq (forget_iseqs) at the first tick that sees it change: a pause voids every
+        name eBPF gave before its start, and the samples between its start and the moment the
+        sidecar's Python threads notice it (200 ms beside a CPU hog) would otherwise keep those names
+        and be shown (unknown). The word must stay mapped while this sampler runs. 0: none."""
+        with nogil:
+            pthread_mutex_lock(&self.mu)
+            self.pause_word = <const uint64_t *>address
+            self.pause_seen = sdb_load_acquire_u64(self.pause_word) if address else 0
             pthread_mutex_unlock(&self.mu)
 
     def forget_names(self, iseqs, mes):
@@ -285,6 +304,11 @@ cdef class Sampler(States):
         self.tick_ns = now
         t0 = sdb_now_ns()
         pthread_mutex_lock(&self.mu)
+        if self.pause_word != NULL and sdb_load_acquire_u64(self.pause_word) != self.pause_seen:
+            # eBPF's creation probes stopped or came back since the last tick: name every ISeq anew
+            self.pause_seen = sdb_load_acquire_u64(self.pause_word)
+            self.pauses_seen += 1
+            self.forget_iseqs_locked()
         if grow(<void **>&self.jobs, &self.job_cap, 2 * <uint64_t>hwm + 2, sizeof(Job)) != 0:
             pthread_mutex_unlock(&self.mu)
             return R_FATAL
@@ -464,7 +488,7 @@ cdef class Sampler(States):
         cdef uint32_t *ar = NULL
         cdef StackEnt *st = NULL
         cdef uint64_t arena0, arena1
-        cdef uint64_t cut[13]
+        cdef uint64_t cut[14]
         with nogil:
             pthread_mutex_lock(&self.mu)
             taken = self.g
@@ -491,7 +515,7 @@ cdef class Sampler(States):
                 cut[0] = self.ticks; cut[1] = self.late; cut[2] = self.missed; cut[3] = self.total_samples
                 cut[4] = self.torn; cut[5] = self.retried; cut[6] = self.errors; cut[7] = self.reused
                 cut[8] = self.yjit_pcs; cut[9] = self.span_unsure; cut[10] = self.threads_seen
-                cut[11] = self.gc_samples; cut[12] = self.ctx_samples
+                cut[11] = self.gc_samples; cut[12] = self.ctx_samples; cut[13] = self.pauses_seen
                 self.start_over()
             pthread_mutex_unlock(&self.mu)
         smp = taken.samples
@@ -519,8 +543,9 @@ cdef class Sampler(States):
             }
             if reset:
                 out["cut"] = dict(zip(("ticks", "late", "missed", "samples", "torn", "retried", "errors", "reused",
-                                       "yjit_no_line", "span_unsure", "threads", "gc_samples", "in_context"),
-                                      [cut[i] for i in range(13)]))
+                                       "yjit_no_line", "span_unsure", "threads", "gc_samples", "in_context",
+                                       "pauses_seen"),
+                                      [cut[i] for i in range(14)]))
             if encode_samples:
                 out["samples_record"] = encode_samples_record(smp, taken.sample_len)
             else:
@@ -544,7 +569,7 @@ cdef class Sampler(States):
         return {"ticks": self.ticks, "late": self.late, "missed": self.missed, "samples": self.total_samples, "torn": self.torn,
                 "retried": self.retried, "errors": self.errors, "gc_samples": self.gc_samples, "reused": self.reused, "threads": self.threads_seen,
                 "yjit_no_line": self.yjit_pcs, "span_unsure": self.span_unsure, "in_context": self.ctx_samples,
-                "start_ns": self.start_ns, "last_tick_ns": self.last_tick_ns,
+                "pauses_seen": self.pauses_seen, "start_ns": self.start_ns, "last_tick_ns": self.last_tick_ns,
                 "read_ns_total": self.read_ns_total}
 
 

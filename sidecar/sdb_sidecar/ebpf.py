@@ -28,6 +28,7 @@ Drainer names anything, even when the reader thread has not paused yet.
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import threading
 import time
@@ -40,6 +41,8 @@ from .symbols import trace_iseq_type
 from .governor import BACKOFF_MAX_S, DEFAULT_MAX_RATE, Governor
 from .ebpf_view import EbpfView
 from .wakeup import Wakeup
+
+_KEPT_MAPPED: List[mmap.mmap] = []     # the pause flags mapped (EbpfSymbolizer._map_pause_flag)
 
 __all__ = ["DEFAULT_MAX_RATE", "EbpfSymbolizer", "EbpfUnavailable", "EbpfView", "Governor", "bpf_source",
            "check_available"]
@@ -131,6 +134,7 @@ class EbpfSymbolizer:
         self._wake: Optional[Wakeup] = None      # close() wakes the reader with it
         self._thread: Optional[threading.Thread] = None
         self._bpf = None
+        self.pause_word = 0                      # where the samplers read the pause flag (_map_pause_flag)
         self.obj: Optional[probes.RubyObject] = None
         self._obj_id: Optional[Tuple[int, int]] = None   # (st_dev, st_ino) of the probed file
         self._link_progs: Optional[List[int]] = None
@@ -180,6 +184,7 @@ class EbpfSymbolizer:
         except Exception:
             self._link_progs = None             # a kernel before 6.6: bcc's perf-event probes
         self._set_paused_flag(0)
+        self.pause_word = self._map_pause_flag()
         try:
             self._attach_target(self.targets[self.pid])
             self._bpf["events"].open_ring_buffer(self._on_record)
@@ -283,6 +288,18 @@ class EbpfSymbolizer:
             before = set(self._bpf.uprobe_fds)
             attach(name=target.open_path, addr=p.vaddr, fn_name=f"iseq_created_{i}", pid=target.pid)
             target.events += [ev for ev in self._bpf.uprobe_fds if ev not in before]
+
+    def _map_pause_flag(self) -> int:
+        """The address, in this process, of the program's pause flag (`budget[2]`, a mapped array):
+        what the samplers watch (Sampler.watch_ebpf_pause). The mapping is kept for the life of this
+        process (_KEPT_MAPPED: a page), since a stalled sampler thread may read it after close().
+        0 if the kernel does not let us map it: then the samplers hear of a pause from on_pause."""
+        try:
+            m = mmap.mmap(self._bpf["budget"].map_fd, 4 * 8, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except (OSError, ValueError):
+            return 0
+        _KEPT_MAPPED.append(m)
+        return ctypes.addressof(ctypes.c_char.from_buffer(m)) + 2 * 8
 
     def _set_paused_flag(self, value: int) -> None:
         """0: the probes send; otherwise (a pause's start time) they send nothing."""

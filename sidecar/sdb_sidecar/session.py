@@ -205,6 +205,7 @@ class EbpfHub:
             return
         session.symbolizer = view
         session.drainer.ebpf = view
+        session.sampler.watch_ebpf_pause(sym.pause_word)
 
     def _attach_kernel_view(self, session: "Session") -> None:
         """Ruby 3.1: the kernel view for one more process (keyed by our tids: a container's registry
@@ -471,6 +472,7 @@ class Session:
                 "retried": stats["retried"], "reused": stats["reused"], "errors": stats["errors"],
                 "yjit_no_line": stats["yjit_no_line"], "span_unsure": stats["span_unsure"],
                 "in_context": stats["in_context"], "in_context_since_ns": self.in_context_since_ns,
+                "pauses_seen": stats["pauses_seen"],
                 "spans_lost": d.spans.lost, "endpoints_refused": self.target.registry.strings_refused,
                 "threads": stats["threads"], "symbol_errors": d.symbol_errors,
                 "names_superseded": d.superseded, "names_unproven": d.unproven,

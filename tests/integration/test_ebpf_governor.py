@@ -72,6 +72,9 @@ def test_burst_pauses_the_probes_and_slow_creation_is_probed_again(ruby_target, 
     pauses = trace.tables.ebpf_pauses
     assert len(pauses) == ebpf["pauses"], (pauses, ebpf)
     assert all(end is not None and start < end for start, end in pauses), pauses
+    # AND the sampler saw the pauses in the program's own flag, mapped (it names every ISeq anew at
+    # the tick that sees a pause start or end: test_sampler_pause_flag)
+    assert trace.end["pauses_seen"] >= 1, (trace.end["pauses_seen"], pauses)
     # AND the burst's methods born while the probes were detached have no eBPF name: remote reads
     # named them, and their samples carry their names
     by_label = {}
