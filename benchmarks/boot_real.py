@@ -6,8 +6,12 @@ Configurations, interleaved round by round, each timed from outside (wall clock 
   plain     `rubocop ...`
   record    `sdb-sidecar record -- rubocop ...`: sampling at 1 kHz from the gem's load, eBPF on
   no-ebpf   the same with --no-ebpf
+  no-in-context  the same with --no-in-context (eBPF naming, running threads copied from outside)
+  timer     `rubocop ...` alone beside bare_timer.py: the in-context reads' timer (a cpu-clock event
+            on every CPU at their rate) with an empty eBPF program, no sidecar: what the timer's
+            interrupts cost, apart from the reads themselves
 rubocop runs on one core (taskset), the sidecar on the other; `--cache false` so every round does
-the same work. The order of the three turns round by round (a single boot spreads +-15 % on this
+the same work. The order of the configurations turns round by round (a single boot spreads +-15 % on this
 project's VM, and its speed drifts over minutes). Ratio = median wall / median plain wall; beside it
 the median of each round's own ratio (record / the same round's plain), which drift between rounds
 does not move, and rubocop's own CPU time (all its threads, user + system, written at its exit by
@@ -29,6 +33,7 @@ NAME = "boot_real"
 TARGET_RATIO = 1.05
 FILESET = ["/usr/share/rubygems-integration/all/gems/activesupport-6.1.7.10/lib/active_support"]
 SIDECAR = [sys.executable, "-m", "sdb_sidecar.cli"]
+BARE_TIMER = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "bare_timer.py"), "1000"]
 CPU_AT_EXIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "cpu_at_exit.rb")
 
 
@@ -39,14 +44,28 @@ def rubocop_argv(cfg) -> list:
     return [cfg.ruby, rubocop, "--cache", "false", "--format", "quiet", *FILESET]
 
 
-def timed(argv, env, cpu_file):
-    """(wall s, rubocop's CPU s) of one run; cpu_file: where programs/cpu_at_exit.rb writes it."""
+def timed(argv, env, cpu_file, beside=None):
+    """(wall s, rubocop's CPU s) of one run; cpu_file: where programs/cpu_at_exit.rb writes it.
+    beside: a command started first (on the sidecar's CPU), waited for until it prints its first
+    line, and ended (SIGTERM) when the run is over."""
     if os.path.exists(cpu_file):
         os.unlink(cpu_file)
-    t0 = time.monotonic()
-    p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                       text=True, env=env, timeout=600)
-    wall = time.monotonic() - t0
+    helper = None
+    if beside is not None:
+        helper = subprocess.Popen(common.taskset(common.SAMPLER_CPU) + beside, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        if helper.stdout.readline().strip() != "ready":
+            helper.kill()
+            raise RuntimeError(f"{beside[1]} did not start: {helper.communicate()[1].strip()[-300:]}")
+    try:
+        t0 = time.monotonic()
+        p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True, env=env, timeout=600)
+        wall = time.monotonic() - t0
+    finally:
+        if helper is not None:
+            helper.terminate()
+            helper.wait()
     if p.returncode not in (0, 1):      # 1: rubocop found offenses
         raise RuntimeError(f"{argv[:4]}... exit {p.returncode}: {p.stderr.strip()[-300:]}")
     with open(cpu_file) as f:
@@ -55,7 +74,7 @@ def timed(argv, env, cpu_file):
 
 def run(cfg) -> str:
     rounds = 1 if cfg.quick else (cfg.rounds or 15)
-    names = ["plain", "record", "no-ebpf"]
+    names = ["plain", "record", "no-ebpf", "no-in-context", "timer"]
     walls = {n: [] for n in names}
     cpus = {n: [] for n in names}
     attach_ms = []
@@ -66,10 +85,12 @@ def run(cfg) -> str:
         env["RUBYOPT"] = f"-r{CPU_AT_EXIT} {env.get('RUBYOPT', '')}".strip()
         app = common.taskset(common.TARGET_CPU) + rubocop_argv(cfg)
         side = common.taskset(common.SAMPLER_CPU) + SIDECAR + ["record", "-q", "-o", out]
-        argvs = {"plain": app, "record": side + ["--"] + app, "no-ebpf": side + ["--no-ebpf", "--"] + app}
+        argvs = {"plain": app, "record": side + ["--"] + app, "no-ebpf": side + ["--no-ebpf", "--"] + app,
+                 "no-in-context": side + ["--no-in-context", "--"] + app, "timer": app}
         for r in range(rounds):
-            for name in names[r % 3:] + names[:r % 3]:
-                wall, cpu = timed(argvs[name], env, cpu_file)
+            k = r % len(names)
+            for name in names[k:] + names[:k]:
+                wall, cpu = timed(argvs[name], env, cpu_file, BARE_TIMER if name == "timer" else None)
                 walls[name].append(wall)
                 cpus[name].append(cpu)
                 if name == "record":

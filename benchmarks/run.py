@@ -8,7 +8,7 @@
   benchmarks/run.py ... --only ebpf_pause_cost                                    # issue #4 what a pause costs (~30 s)
   benchmarks/run.py ... --only first_sample                                       # issue #13 time to first sample (~3 min)
   benchmarks/run.py ... --only child_first_sample                                 # issue #13 a process tree's new child, quiet and busy (~1 min)
-  benchmarks/run.py ... --only boot_real                                          # issue #13 rubocop's boot under record (~5 min)
+  benchmarks/run.py ... --only boot_real                                          # issue #13 rubocop's boot under record, five configurations (~11 min)
   benchmarks/run.py ... --only gc_alloc                                           # issue #17 allocation with the gem, 3.1 GC (~3 min)
   benchmarks/run.py ... --only fork_cost                                          # issue #18 fork + exit! with the gem (~3 min)
   benchmarks/run.py ... --only always_on                                          # issue #18 30 min left on: RSS, bytes a sample
