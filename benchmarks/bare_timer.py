@@ -8,7 +8,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from sdb_sidecar.bpfload import _import_bcc, check_available
+from sdb_sidecar.bpfload import _import_bcc, check_available, compile_bpf
 from sdb_sidecar.incontext import PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, read_period_ns
 
 EMPTY = "struct bpf_perf_event_data;\nint on_tick(struct bpf_perf_event_data *ctx) { return 0; }\n"
@@ -18,7 +18,7 @@ def main() -> int:
     rate = float(sys.argv[1]) if len(sys.argv) > 1 else 1000.0
     signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
     check_available()
-    bpf = _import_bcc()(text=EMPTY)
+    bpf = compile_bpf(_import_bcc(), EMPTY, [], nice=0)
     bpf.attach_perf_event(ev_type=PERF_TYPE_SOFTWARE, ev_config=PERF_COUNT_SW_CPU_CLOCK, fn_name=b"on_tick",
                           sample_period=read_period_ns(rate))
     print("ready", flush=True)

@@ -53,7 +53,8 @@ def timed(argv, env, cpu_file, beside=None):
     helper = None
     if beside is not None:
         helper = subprocess.Popen(common.taskset(common.SAMPLER_CPU) + beside, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                  preexec_fn=common._die_with_parent)   # no timer left behind if we are killed
         if helper.stdout.readline().strip() != "ready":
             helper.kill()
             raise RuntimeError(f"{beside[1]} did not start: {helper.communicate()[1].strip()[-300:]}")
