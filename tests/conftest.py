@@ -465,7 +465,7 @@ def sigprof_ext(tmp_path_factory):
 
 def process_root(pid: int, command) -> str:
     """The root frame sdb-symbolize gives a process of a trace with several: its pid and its title
-    (the command line as `ps` shows it) cut to 80 characters ending in '...' (README)."""
+    (the command line as `ps` shows it) cut to 80 characters ending in '...' (docs/guide.md)."""
     title = " ".join(command)
     if len(title) > 80:
         title = title[:77] + "..."

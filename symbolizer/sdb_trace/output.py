@@ -1,7 +1,7 @@
 """Where sdb's tools write: output files opened safely, and target-controlled text made safe for a
 terminal. Used by both `sdb-sidecar` (the trace) and `sdb-symbolize` (profiles).
 
-The output rule (README, "Outputs"): `-o PATH` never writes into a file through a symlink that someone
+The output rule (docs/guide.md, "Output files"): `-o PATH` never writes into a file through a symlink that someone
 else could have planted, and never writes into another user's file. A symlink at PATH is followed only
 if it is the running user's own, or if its directory can be written by no one but the running user
 and root (e.g. `/dev/stdout`). A regular file (or an untrusted symlink, or another user's non-regular

@@ -4,7 +4,7 @@ frames the thread has left are still in memory above its live ones, looking vali
 them: not those beyond the shallower pointer, not a half-written frame, not a Ruby frame above a C
 function that did not call it (Ruby marks what C calls FINISH). tests/programs/call_return.rb knows
 each real stack. (A frame left behind above a live *Ruby* frame of the same shape is not caught by
-these checks: README, "Limits".)"""
+these checks: docs/guide.md, the limits.)"""
 from __future__ import annotations
 
 import collections

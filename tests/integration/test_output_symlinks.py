@@ -1,4 +1,4 @@
-"""Outputs are opened safely (README, "Outputs"): run as root, `-o` does not write through a symlink
+"""Outputs are opened safely (docs/guide.md, "Output files"): run as root, `-o` does not write through a symlink
 that another, real user planted in a sticky directory (/tmp) or in a directory that user owns, nor into
 that user's file: the victim keeps its bytes, the name gets a new file of root's. A symlink of one's
 own, and devices such as /dev/null, are still written through."""

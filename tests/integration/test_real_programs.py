@@ -164,7 +164,7 @@ def in_context_since(trace: Path) -> int:
 
 def compare(trace: Path, dump: Path) -> None:
     # both profiles from the moment sdb took running stacks in context (eBPF compiled: ~0.4 s in;
-    # before it they were copied from outside, and the lean toward callers that has is README's)
+    # before it they were copied from outside, and the lean toward callers that has is docs/guide.md's)
     since = in_context_since(trace)
     sp, n_sp, window = stackprof_self(dump, since)
     ref, n_ref = reference_self(dump, since)

@@ -44,7 +44,7 @@ def test_a_method_behind_an_svar_is_named_from_this_frames_own_svar(ruby_target,
     iter_samples(str(trace), on_batch)
     # THEN every frame of these methods is named after the method it runs (its line is in it), never
     # bare (a stack can still pair a frame with a caller of the same shape that it replaced while it
-    # was copied from outside: README, "Limits"; not what this is about)
+    # was copied from outside: docs/guide.md, the limits; not what this is about)
     assert not wrong, (wrong.most_common(5), named, t.end)
     # AND both initializes were sampled (the shape the check is about happened)
     assert named["Alpha#initialize"] > 1000 and named["Beta#initialize"] > 1000, (named, t.end)
