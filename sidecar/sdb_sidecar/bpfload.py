@@ -106,8 +106,8 @@ def _load_libbcc() -> None:
     that bcc's own `ctypes.CDLL("libbcc.so.0")` finds it loaded. ctypes.CDLL holds the GIL through
     dlopen, and libbcc carries LLVM: its relocations took 44-775 ms of holding it on this VM beside
     a CPU hog (every Python thread of the sidecar waits then: the drains, the look for new
-    processes, a new sampler's start: a child found during it lost its first ~0.7 s of samples in
-    busy run 10). The handle is never closed: bcc keeps the library for the process's life anyway.
+    processes, a new sampler's start: a child found during it lost its first ~0.7 s of samples on a
+    loaded machine). The handle is never closed: bcc keeps the library for the process's life anyway.
     Nothing is done if dlopen cannot be called or fails (bcc's import then says why)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)

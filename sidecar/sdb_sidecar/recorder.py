@@ -416,7 +416,7 @@ class Tree:
         born_since = target.info["created_mono_ns"] >= self.start_ns
         pr = self._add(target, sampler, parent, from_start=born_since or self.opts.from_start)
         # its first tick now, by the sampler thread parked for it, before its recording's thread
-        # exists (busy run 10: a new child's first 0.7 s lost while a Python thread was made for it)
+        # exists (on a loaded machine a new child's first 0.7 s was lost while a Python thread was made)
         try:
             pr.session.start_sampling()
         except OSError:

@@ -50,8 +50,8 @@ def new_sampler(target: Target, opts: Options) -> "_sampler.Sampler":
     """The sampler for this target, told where procfs lists its threads (a container's own procfs).
     Raises SdbError when the registry open_target checked is not one any more: the sampler takes
     its own copy of the header, and a fork child's file goes back to its parent, emptied, once the
-    child is gone (the gem's spare registry; busy run 18: a descendant of a recorded tree caught in
-    between ended the whole recording with a traceback)."""
+    child is gone (the gem's spare registry: a descendant of a recorded tree caught in between
+    ended the whole recording with a traceback)."""
     try:
         sampler = _sampler.Sampler(target.registry, target.pid, opts.rate_hz, opts.max_depth)
     except _registry.RegistryError as e:

@@ -81,7 +81,7 @@ class Tree:
     def kill(self, name: str) -> None:
         # the child runs at least until the command is sent (CLOCK_MONOTONIC, as the child's T0): its
         # samples are asked for until then, not until the parent's "killed NAME T", which comes after
-        # the reap and a loaded machine can delay (busy run 6: the parent sampled in Process.wait for
+        # the reap and a loaded machine can delay (on a loaded machine the parent was sampled in Process.wait for
         # 1.07 s after the child's last sample and its end in the trace, 4 ms apart)
         sent = time.monotonic_ns()
         self.t.send(f"kill {name}\n")

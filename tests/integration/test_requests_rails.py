@@ -148,7 +148,7 @@ def test_each_requests_span_holds_the_apps_own_timing_of_it_and_the_typical_one_
         # and they agree: the span's clock reads and the app's are a few microseconds of Ruby apart
         # (measured: 20-50 us). Not compared by p99 (it was, within 10 %): with a few dozen requests
         # the p99 is the slowest one, and one preemption between the reads parts them (a `make test`
-        # beside two `yes` and another: 304.6 ms against 253.2, busy run 15); the median is the
+        # beside two `yes` and another: 304.6 ms against 253.2); the median is the
         # typical request's
         extra = sorted(m - a for m, a in zip(mine, apps))
         assert extra[len(extra) // 2] <= 1.0, (action, extra[len(extra) // 2], p99(mine), p99(apps))

@@ -1,6 +1,6 @@
 """eBPF's pause flag, watched by the sampler itself: a pause of the creation probes voids every name
 eBPF gave before it, so the sampler names every ISeq anew from the first tick that sees the flag
-change, not when the sidecar's Python threads get to it (200 ms beside a CPU hog: busy run 27's soak
+change, not when the sidecar's Python threads get to it (200 ms beside a CPU hog: a soak test
 showed 12,960 samples with an (unknown ISeq) in the 210 ms after a pause's start). Here the flag is
 a word of ours, set by hand; test_ebpf_governor checks the real one (the program's mapped array)."""
 from __future__ import annotations

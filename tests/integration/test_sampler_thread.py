@@ -1,7 +1,7 @@
 """A sampler ticks in a native thread of its own, real-time from its birth, and a process tree's
 recording keeps one parked ahead: starting the sampler of a process it finds creates no thread (a
 thread's creation waited 50-200 ms for the mmap lock beside a CPU hog, and a Python thread also for
-the GIL and a CPU: busy run 10 lost a new child's first ~0.7 s of samples so).
+the GIL and a CPU: on a loaded machine a new child lost its first ~0.7 s of samples so).
 benchmarks/child_first_sample.py measures the time it takes."""
 from __future__ import annotations
 

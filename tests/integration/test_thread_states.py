@@ -52,7 +52,7 @@ def test_threads_fighting_for_the_gvl_show_gvl_waits(ruby_target, tmp_path):
     # THEN each of them both runs and waits for the GVL a fair share of the time. On 3.2+ running is
     # holding the GVL (the gem's hooks): each holds it about a third of the time. On 3.1 it is being
     # on a CPU (the kernel's view, docs/guide.md), and the holder waits for a CPU too on a machine kept
-    # busy: beside three `yes` and three `make test`s, 83 of 2,000 samples (busy run 9): so there,
+    # busy: beside three `yes` and three `make test`s, 83 of 2,000 samples: so there,
     # each one runs, at a share the machine sets
     running_floor = 0.1 if ruby_version() >= (3, 2) else 0.01
     for name in ("busy", "fighter-1", "fighter-2"):

@@ -1,7 +1,7 @@
 """libbcc (LLVM inside: tens to hundreds of ms of relocations) is loaded by a call to dlopen, which
 lets go of the GIL while it runs, before bcc's Python module loads it with ctypes.CDLL, which holds
-the GIL through dlopen and stalled every thread of the sidecar (busy run 10: a child found then lost
-its first ~0.7 s of samples). What it costs the other threads: benchmarks/child_first_sample.py."""
+the GIL through dlopen and stalled every thread of the sidecar (on a loaded machine a child found then
+lost its first ~0.7 s of samples). What it costs the other threads: benchmarks/child_first_sample.py."""
 from __future__ import annotations
 
 import os

@@ -3,8 +3,8 @@ descendant that is gone, or one clear line), never a traceback that ends the rec
 
 The gem lends a fork child its spare registry and, once the child is gone, takes the file back and
 zeroes its header (gem/ext/sdb/sdb_file.c, the spare). A sidecar following the tree that opened the
-child's file just before saw the header checked, then its own copy of the layout all zeros (busy run
-18, test_soak on 3.1: `RegistryError: ... control frame size 0` out of the recorder's scan). Here the
+child's file just before saw the header checked, then its own copy of the layout all zeros (test_soak
+on 3.1, on a loaded machine: `RegistryError: ... control frame size 0` out of the recorder's scan). Here the
 registry is a saved one (tests/unit/memimage), emptied as the gem empties it, after the open."""
 from __future__ import annotations
 
