@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from io import BytesIO
-from typing import IO, Optional, Type
+from typing import IO, List, Optional, Type
 
 from sdb_trace.output import open_output
 
@@ -37,22 +37,42 @@ class OutputFailed(Exception):
 
 
 class _Guarded:
-    """The output stream as reporters see it: a failed write becomes OutputFailed. A text reporter's
-    str is written as UTF-8 (a profile's bytes are the same on stdout, in a file, in memory)."""
+    """The output stream as reporters see it: a failed write becomes OutputFailed. A text format's
+    strings are gathered and written as UTF-8 in pieces of about _CHUNK characters (a profile's
+    bytes are the same on stdout, in a file, in memory; encoding per piece, not per line)."""
+
+    _CHUNK = 1 << 16
 
     def __init__(self, stream: IO[bytes], text: bool):
         self._stream = stream
         self._text = text
+        self._parts: List[str] = []
+        self._pending = 0
 
     def write(self, data):
-        if self._text:
-            data = data.encode("utf-8")
+        if not self._text:
+            return self._put(data)
+        self._parts.append(data)
+        self._pending += len(data)
+        if self._pending >= self._CHUNK:
+            self._drain()
+        return len(data)
+
+    def _drain(self) -> None:
+        data = "".join(self._parts).encode("utf-8")
+        self._parts.clear()
+        self._pending = 0
+        self._put(data)
+
+    def _put(self, data):
         try:
             return self._stream.write(data)
         except OSError as e:
             raise OutputFailed(e) from None
 
     def flush(self):
+        if self._parts:
+            self._drain()
         try:
             self._stream.flush()
         except OSError as e:
@@ -103,7 +123,8 @@ class Profile:
         return self.reporter.extension or f".{self.reporter.name}"
 
     def render(self, out: IO[bytes], progress: Optional[Progress] = None) -> RenderResult:
-        """Writes the profile's bytes to `out` (a binary stream, flushed, not closed)."""
+        """Writes the profile's bytes to `out` (a binary file object: flushed, not closed). A text
+        format is written as UTF-8 (the same bytes on stdout, in a file, in memory)."""
         stream = _Guarded(out, text=not self.reporter.binary)
         reporter, samples = self.reporter, self.samples
         reporter.start(stream)
