@@ -1,5 +1,6 @@
 """sdb-symbolize: names the frames of a raw trace and writes a profile.
 
+The command line becomes one ProfileOptions, and the profile is made by the library (profile.py).
 Errors become one line on stderr and an exit code here, and only here; whatever the
 trace holds before a problem is still written out."""
 from __future__ import annotations
@@ -9,14 +10,15 @@ import errno
 import os
 import sys
 
-from sdb_trace import Corrupt, NewerVersion, TraceError, Truncated, load_tables
-from sdb_trace.output import open_output, printable
+from sdb_trace import Corrupt, NewerVersion, TraceError, TraceFile, Truncated
+from sdb_trace.output import printable
 
 from . import __version__
 from .labels import LABEL_CONVENTIONS, LABELS_SDB
+from .options import BY_CHOICES, ProfileOptions, UsageError
+from .profile import OutputFailed, render, write_profile
 from .reporters import REPORTERS
-from .reporters.compare_slow import CompareSlowReporter
-from .samples import FilterError, Options, Progress, SamplePass
+from .samples import Progress
 
 
 class Exit:
@@ -62,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     shape.add_argument("--merge-processes", action="store_true",
                        help="a trace of a process tree: the processes' threads side by side, with no process above "
                             "them (default: each process a root of its own)")
-    shape.add_argument("--by", choices=["endpoint", "request"],
+    shape.add_argument("--by", choices=BY_CHOICES,
                        help="group by endpoint or by request/job: each sample's endpoint "
                             "(`[ProductsController#index]`) or request (`[ProductsController#index <request id>]`) "
                             "as its root frame, `(no request or job)` for samples outside any; speedscope: a profile "
@@ -103,54 +105,57 @@ def duration_ms(text: str) -> float:
     return v
 
 
-class OutputFailed(Exception):
-    """A write to the output failed (full disk, I/O error, closed pipe)."""
-
-    def __init__(self, error: OSError):
-        super().__init__(error.strerror)
-        self.error = error
-
-
-class _Guarded:
-    """The output stream as reporters see it: a failed write becomes OutputFailed, told apart from
-    errors of reading the trace (or of a reporter's temporary files)."""
-
-    def __init__(self, stream):
-        self._stream = stream
-
-    def write(self, data):
-        try:
-            return self._stream.write(data)
-        except OSError as e:
-            raise OutputFailed(e) from None
-
-    def flush(self):
-        try:
-            self._stream.flush()
-        except OSError as e:
-            raise OutputFailed(e) from None
+def options_from_args(args: argparse.Namespace) -> ProfileOptions:
+    """The command line's rendering options as one value (UsageError: they make no sense together)."""
+    return ProfileOptions(format=args.format, compare_slow=args.compare_slow, idle=args.idle,
+                          threads=args.thread or (), pids=args.pid or (), from_s=args.from_s, to_s=args.to_s,
+                          endpoints=args.endpoint or (), slower_than_ms=args.slower_than_ms, states=args.states,
+                          merge_processes=args.merge_processes, by=args.by, lines=args.lines, labels=args.labels,
+                          json_frames=args.json_frames)
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return run(args)
-    except TraceError as e:
+        if not os.path.isfile(args.trace):
+            raise TraceError(f"{args.trace}: no such file")        # said before any misused option
+        options = options_from_args(args)
+    except (TraceError, UsageError) as e:
+        return _failed(e, args.output)
+    return symbolize(args.trace, options, args.output, args.progress)
+
+
+def symbolize(trace: str, options: ProfileOptions, output: str = "-", progress: bool = True) -> int:
+    """sdb-symbolize without its argv: the profile of the trace file `trace` to `output` ("-": standard
+    output); problems as one line on stderr, notes and warnings too; returns the exit code. The
+    sidecar's `attach --format` calls this in-process."""
+    try:
+        return _run(trace, options, output, progress)
+    except (TraceError, UsageError, OutputFailed, OSError) as e:
+        return _failed(e, output)
+
+
+def _failed(e: Exception, output: str) -> int:
+    """One line on stderr for `e`, and its exit code."""
+    if isinstance(e, TraceError):
         sys.stderr.write(f"sdb-symbolize: error: {printable(e)}\n")
         return _code(e)
-    except OutputFailed as e:
-        if args.output == "-":
+    if isinstance(e, UsageError):
+        sys.stderr.write(f"sdb-symbolize: error: {printable(e)}\n")     # it may list thread names
+        return Exit.USAGE
+    if isinstance(e, OutputFailed):
+        if output == "-":
             # nothing more can reach stdout: keep the interpreter's exit from trying again
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             if e.error.errno == errno.EPIPE:
                 return Exit.OUTPUT          # the reader went away (`| head`): not worth a line
-        sys.stderr.write(f"sdb-symbolize: error: cannot write {printable(args.output if args.output != '-' else 'to standard output')}: "
-                         f"{e.error.strerror}\n")
+        where = printable(output if output != '-' else 'to standard output')
+        sys.stderr.write(f"sdb-symbolize: error: cannot write {where}: {e.error.strerror}\n")
         return Exit.OUTPUT
-    except OSError as e:                    # e.g. a reporter's temporary file on a full /tmp
-        where = f"{e.filename}: " if e.filename else ""
-        sys.stderr.write(f"sdb-symbolize: error: {printable(where)}{e.strerror or e}\n")
-        return Exit.OUTPUT if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else Exit.FAILED
+    # an OSError, e.g. a reporter's temporary file on a full /tmp
+    where = f"{e.filename}: " if e.filename else ""
+    sys.stderr.write(f"sdb-symbolize: error: {printable(where)}{e.strerror or e}\n")
+    return Exit.OUTPUT if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else Exit.FAILED
 
 
 def _code(e: TraceError) -> int:
@@ -163,67 +168,30 @@ def _code(e: TraceError) -> int:
     return Exit.NO_TRACE
 
 
-def run(args) -> int:
-    if not os.path.isfile(args.trace):
-        raise TraceError(f"{args.trace}: no such file")
-    if args.compare_slow and (not args.endpoint or args.slower_than_ms is None):
-        sys.stderr.write("sdb-symbolize: error: --compare-slow needs --endpoint NAME and --slower-than TIME\n")
-        return Exit.USAGE
-    tables = load_tables(args.trace)
-    reporter = (CompareSlowReporter if args.compare_slow else REPORTERS[args.format])(tables.header, args)
-    reporter.end_ns = tables.end.get("at_ns") if tables.end else None
-    reporter.ticks = tables.end.get("ticks") if tables.end else None
-    reporter.end = tables.end
-    try:
-        samples = SamplePass(args.trace, tables, Options.from_args(args))
-    except FilterError as e:
-        sys.stderr.write(f"sdb-symbolize: error: {printable(e)}\n")     # it may list thread names
-        return Exit.USAGE
-    reporter.spans = samples.spans
-    reporter.processes = [c.process for c in samples.ctx.values()]
-    if getattr(reporter, "units_if_any", False) and samples.spans:
-        reporter.by_unit = True         # its samples carry their unit of work (pprof's labels)
-    reporter.shown_spans = samples.spans_shown()
-    reporter.thread_of = samples.thread
-    output = None
-    if args.output != "-":
-        try:
-            output = open_output(args.output, binary=reporter.binary)
-        except OSError as e:
-            sys.stderr.write(f"sdb-symbolize: error: cannot write {printable(args.output)}: {e.strerror}\n")
-            return Exit.OUTPUT
-        stream = output.file
+def _run(trace: str, options: ProfileOptions, output: str, progress: bool) -> int:
+    if not os.path.isfile(trace):
+        raise TraceError(f"{trace}: no such file")
+    source = TraceFile(trace)
+    tables = source.tables
+    shown = Progress(tables.sample_count) if progress else None
+    if output != "-":
+        result = write_profile(source, options, output, shown)
     else:
-        stream = sys.stdout.buffer if reporter.binary else sys.stdout
-    guarded = _Guarded(stream)
-    try:
-        reporter.start(guarded)
-        samples.run(reporter, Progress(tables.sample_count) if args.progress else None)
-        reporter.render(guarded)
-        guarded.flush()
-        if output is not None:
-            try:
-                output.commit()             # the profile appears at its path whole, or not at all
-            except OSError as e:
-                raise OutputFailed(e) from None
-    except BaseException:
-        if output is not None:
-            output.discard()
-        raise
-    if samples.samples_unnamed:
+        result = render(source, options, sys.stdout.buffer, shown)
+    if result.samples_unnamed:
         pauses = f"; the trace has {len(tables.ebpf_pauses)} eBPF pause(s), and a name given before a pause is " \
                  f"not taken after it starts" if tables.ebpf_pauses else ""
-        sys.stderr.write(f"sdb-symbolize: note: {samples.samples_unnamed} of the {samples.samples_out} samples shown "
+        sys.stderr.write(f"sdb-symbolize: note: {result.samples_unnamed} of the {result.samples_out} samples shown "
                          f"have a frame no name could be proven for, shown as (unknown ISeq 0x...){pauses}\n")
-    if tables.error is None and samples.samples_in and not samples.samples_out:
-        sys.stderr.write(f"sdb-symbolize: warning: none of the {samples.samples_in} samples match the filters "
+    if tables.error is None and result.samples_in and not result.samples_out:
+        sys.stderr.write(f"sdb-symbolize: warning: none of the {result.samples_in} samples match the filters "
                          f"(--thread, --from/--to, --idle, --endpoint, --slower-than)\n")
     if tables.error is not None:
         sys.stderr.write(f"sdb-symbolize: error: {tables.error} ({tables.sample_count} samples before it "
                          f"were written)\n")
         return _code(tables.error)
     if tables.end is None:
-        sys.stderr.write(f"sdb-symbolize: warning: {args.trace}: recording was cut short (no end record); "
+        sys.stderr.write(f"sdb-symbolize: warning: {trace}: recording was cut short (no end record); "
                          f"{tables.sample_count} samples written\n")
     return Exit.OK
 

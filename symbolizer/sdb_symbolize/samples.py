@@ -8,16 +8,16 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from sdb_trace import (PROC_SHIFT, STATE_BLOCKED, STATE_GVL_WAIT, STATE_NAMES, STATE_RUNNING, STATE_UNKNOWN, Tables,
-                       iter_samples)
+                       TraceFile)
 
-from .labels import LABELS_SDB
+from .options import ProfileOptions, UsageError
 from .resolve import UNKNOWN_ISEQ_PREFIX, Frame, Resolver, thread_label
 
 
-class FilterError(Exception):
+class FilterError(UsageError):
     """A filter that matches nothing or makes no sense: one line, exit code 2."""
 
 
@@ -85,40 +85,6 @@ def function_frame(f: Frame) -> Frame:
         g = _FUNCTION_FRAMES.setdefault(g, g)
         _FUNCTION_FRAMES[f] = g
     return g
-
-
-class Options:
-    """The shared filters, from the command line."""
-
-    def __init__(self, threads: Iterable[str] = (), from_s: Optional[float] = None, to_s: Optional[float] = None,
-                 idle: bool = False, states: bool = False, lines: bool = True, labels: str = LABELS_SDB,
-                 json_frames: bool = False, endpoints: Iterable[str] = (), by: Optional[str] = None,
-                 slower_than_ms: Optional[float] = None, compare_slow: bool = False, pids: Iterable[int] = (),
-                 merge_processes: bool = False):
-        self.pids = list(pids or ())            # only these processes (a trace of a process tree)
-        self.merge_processes = merge_processes  # no process level above the threads of a process tree
-        self.endpoints = list(endpoints or ())  # only samples of these endpoints' requests/jobs
-        self.by = by                            # "endpoint"/"request": each sample's unit of work as its root
-                                                # frame (speedscope: a profile per endpoint or request)
-        self.slower_than_ms = slower_than_ms    # only samples of requests/jobs that took at least this
-        self.compare_slow = compare_slow        # ... unless slow and fast are compared (the reporter splits)
-        self.threads = list(threads or ())
-        self.json_frames = json_frames  # json: every sample carries its frames (else stacks by id)
-        self.labels = labels
-        self.from_s = from_s
-        self.to_s = to_s
-        self.idle = idle
-        self.states = states
-        self.lines = lines
-
-    @classmethod
-    def from_args(cls, args) -> "Options":
-        return cls(getattr(args, "thread", None) or (), getattr(args, "from_s", None), getattr(args, "to_s", None),
-                   getattr(args, "idle", False), getattr(args, "states", False), getattr(args, "lines", True),
-                   getattr(args, "labels", LABELS_SDB), getattr(args, "json_frames", False),
-                   getattr(args, "endpoint", None) or (), getattr(args, "by", None),
-                   getattr(args, "slower_than_ms", None), getattr(args, "compare_slow", False),
-                   getattr(args, "pid", None) or (), getattr(args, "merge_processes", False))
 
 
 class Progress:
@@ -189,12 +155,16 @@ class _Proc:
 class SamplePass:
     """Streams the samples of one trace into one reporter. A trace of a process tree holds several
     processes, each with its own ids: threads and spans get ids of the trace (Tables.gid), stacks
-    are named by their process's Resolver, and each Thread knows its Process."""
+    are named by their process's Resolver, and each Thread knows its Process.
+    `source`: a TraceFile, or a MemoryTrace that kept its samples (anything with `tables` and
+    `iter_samples(on_batch, windows, spans, proc)`)."""
 
-    def __init__(self, path: str, tables: Tables, options: Options):
-        self.path = path
+    def __init__(self, source: TraceFile, options: ProfileOptions):
+        self.source = source
+        tables = source.tables
         self.t = tables
         self.o = options
+        self.idle = options.idle        # a reporter that wants idle samples turns it on (run)
         procs = [tables.procs[k] for k in sorted(tables.procs)]
         self.multi = len(procs) > 1
         self.processes: Dict[int, Process] = {pt.proc: Process(pt) for pt in procs}
@@ -359,12 +329,12 @@ class SamplePass:
         return th
 
     def keep(self, serial: int, state: int) -> bool:
-        return (self.o.idle or state != STATE_BLOCKED) and (self.allowed is None or serial in self.allowed)
+        return (self.idle or state != STATE_BLOCKED) and (self.allowed is None or serial in self.allowed)
 
     # ------------------------------------------------------------------ the pass
     def run(self, reporter, progress: Optional[Progress] = None) -> None:
         if getattr(reporter, "wants_idle", False):
-            self.o.idle = True
+            self.idle = True
         if self.uses_spans(reporter):
             self._by_unit(reporter, progress)
         elif getattr(reporter, "timeline", False):
@@ -418,7 +388,7 @@ class SamplePass:
                     continue
                 counts[(th, self.stack(c, sid, st, t, t - win * 1000) if sid in amb else sid, st)] += 1
 
-        iter_samples(self.path, self._samples(on_batch), limit=self.t.good_sample_records, windows=True, proc=None)
+        self.source.iter_samples(self._samples(on_batch), windows=True, proc=None)
         for c, counts in by_proc.items():
             for (serial, sid, st), n in counts.items():
                 serial |= c.base
@@ -433,7 +403,7 @@ class SamplePass:
     def _timeline(self, reporter, progress) -> None:
         lo_v = self.lo if self.lo is not None else -1 << 63
         hi_v = self.hi if self.hi is not None else 1 << 63
-        idle, allowed = self.o.idle, self.allowed
+        idle, allowed = self.idle, self.allowed
         states = self.o.states
         add = reporter.add
         thread = self.thread
@@ -477,7 +447,7 @@ class SamplePass:
             self.samples_out += out
             self.samples_unnamed += n_unnamed
 
-        iter_samples(self.path, self._samples(on_batch), limit=self.t.good_sample_records, windows=True, proc=None)
+        self.source.iter_samples(self._samples(on_batch), windows=True, proc=None)
 
     def _by_unit(self, reporter, progress) -> None:
         """Either pass, with each sample's unit of work (its span's outermost span): filtered by
@@ -518,7 +488,7 @@ class SamplePass:
                     key = self.stack(c, sid, st, t, t - win * 1000) if sid in c.ambiguous else sid
                     counts[(c, th, key, st, u["span"] if u is not None else 0)] += 1
 
-        iter_samples(self.path, self._samples(on_batch), limit=self.t.good_sample_records, spans=True, proc=None)
+        self.source.iter_samples(self._samples(on_batch), spans=True, proc=None)
         for (c, serial, sid, st, us), n in counts.items():
             stack = sid if isinstance(sid, Stack) else self.stack(c, sid, st, 0)
             u = self.spans.get(us) if us else None

@@ -72,6 +72,6 @@ class Corrupt(TraceError):
 
 # the format's parts, one module each (the names above come first: they import them)
 from .reader import TraceReader, check_record, int_column, plain_bytes  # noqa: E402,F401
-from .tables import (SPAN_BEGIN, SPAN_END, SPAN_KINDS, SYMBOL_RECORDS, Symbol, Tables, has_record,  # noqa: E402,F401
-                     iter_samples, load_tables, samples_so_far)
+from .tables import (SPAN_BEGIN, SPAN_END, SPAN_KINDS, SYMBOL_RECORDS, Symbol, Tables, TraceFile,  # noqa: E402,F401
+                     has_record, iter_samples, load_tables, samples_so_far)
 from .writer import MemoryTrace, ProcessWriter, TraceWriteError, TraceWriter  # noqa: E402,F401

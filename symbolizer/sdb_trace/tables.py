@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 from array import array
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import METHOD_CFUNC, PROC_SHIFT, Corrupt, TraceError, Truncated
 from .reader import _I64, TraceReader, _kind, int_column
@@ -315,37 +315,58 @@ def iter_samples(path: str, on_batch: Callable[..., None], limit: Optional[int] 
     first: on_batch(proc, base_ns, ...).
     `limit`: how many sample records to hand over (Tables.good_sample_records: the ones the
     first pass found sound, every process's); stops quietly at the first unreadable record."""
-    n = 0
-    cur = 0
     with TraceReader(path) as reader:
         try:
-            for rec in reader.records():
-                t = rec["t"]
-                if t == "in":
-                    cur = rec["proc"]
-                    continue
-                if t != "samples":
-                    continue
-                if limit is not None and n >= limit:
-                    return
-                n += 1
-                if proc is not None and cur != proc:
-                    continue
-                args = [rec["base_ns"], rec["dt_ns"], rec["thread"], rec["stack"], rec["state"]]
-                if spans or windows:
-                    zeros = None
-                    for key in (("win_us", "span", "tick") if spans else ("win_us",)):
-                        col = rec.get(key)
-                        if not col:
-                            col = zeros = zeros or [0] * len(rec["dt_ns"])
-                        args.append(col)
-                if proc is None:
-                    on_batch(cur, *args)
-                else:
-                    on_batch(*args)
+            hand_samples(reader.records(), on_batch, limit, windows, spans, proc)
         except (Truncated, Corrupt):
             return
 
+
+def hand_samples(records: Iterable[dict], on_batch: Callable[..., None], limit: Optional[int] = None,
+                 windows: bool = False, spans: bool = False, proc: Optional[int] = 0) -> None:
+    """iter_samples over records in order (`in` and `samples` records count, others are skipped):
+    a file's (TraceReader.records) or those a MemoryTrace kept."""
+    n = 0
+    cur = 0
+    for rec in records:
+        t = rec["t"]
+        if t == "in":
+            cur = rec["proc"]
+            continue
+        if t != "samples":
+            continue
+        if limit is not None and n >= limit:
+            return
+        n += 1
+        if proc is not None and cur != proc:
+            continue
+        args = [rec["base_ns"], rec["dt_ns"], rec["thread"], rec["stack"], rec["state"]]
+        if spans or windows:
+            zeros = None
+            for key in (("win_us", "span", "tick") if spans else ("win_us",)):
+                col = rec.get(key)
+                if not col:
+                    col = zeros = zeros or [0] * len(rec["dt_ns"])
+                args.append(col)
+        if proc is None:
+            on_batch(cur, *args)
+        else:
+            on_batch(*args)
+
+
+class TraceFile:
+    """A trace file as a source of samples: its tables (load_tables, on construction: TraceError
+    when it cannot be read at all) and its samples (`iter_samples`, the second pass). A MemoryTrace
+    that keeps its samples is the other source; sdb_symbolize renders either."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.tables = load_tables(path)
+
+    def iter_samples(self, on_batch: Callable[..., None], windows: bool = False, spans: bool = False,
+                     proc: Optional[int] = 0) -> None:
+        iter_samples(self.path, on_batch, limit=self.tables.good_sample_records, windows=windows, spans=spans,
+                     proc=proc)
 
 
 def samples_so_far(path: str) -> int:

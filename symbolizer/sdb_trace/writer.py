@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import IO, List, Optional
+from typing import IO, Callable, List, Optional
 
 import msgpack
 
 from . import MAGIC, VERSION, ZSTD_LEVEL
-from .tables import Tables
+from .tables import Tables, hand_samples
 
 
 class TraceWriteError(OSError):
@@ -230,19 +230,42 @@ class ProcessWriter:
 
 
 class MemoryTrace(TraceWriter):
-    """A TraceWriter that writes no file: each record goes into `tables` (Tables.apply) as it is
+    """A TraceWriter that writes no file: each record goes into `tables` (Tables.take) as it is
     written, the samples to `on_samples`. The sidecar's snapshot and top run the recorder's Drainer
-    into one and name frames from its tables as sdb-symbolize names them from a file's."""
+    into one and name frames from its tables as sdb-symbolize names them from a file's.
 
-    def __init__(self, header: dict):
+    keep_samples: the sample records are kept too (with `in` records saying whose they are), so the
+    trace is a source of samples as a TraceFile is (`tables`, `iter_samples`): sdb_symbolize renders
+    a profile from it with no file. Each record is stored as a reader of the file would find it (a
+    msgpack round trip: tuples become lists, text that is not UTF-8 is replaced alike), so both give
+    the same profile, byte for byte."""
+
+    def __init__(self, header: dict, keep_samples: bool = False):
         self.tables = Tables(header={})
+        self.kept: Optional[List[dict]] = [] if keep_samples else None
+        self._kept_proc = 0
         super().__init__(None, header)
+
+    @staticmethod
+    def _unpack(data: bytes):
+        return msgpack.unpackb(data, raw=False, unicode_errors="replace", strict_map_key=False)
 
     def _write(self, rec: dict) -> None:
         if rec["t"] == "samples":
+            tables = self.tables
+            cur = tables._cur
+            n = len(rec["stack"])
+            cur.process_samples += n
+            tables.sample_count += n
+            tables.good_sample_records += 1
+            if self.kept is not None:
+                if cur.proc != self._kept_proc:
+                    self.kept.append({"t": "in", "proc": cur.proc})
+                    self._kept_proc = cur.proc
+                self.kept.append(rec)
             self.on_samples(rec)
         else:
-            self.tables.take(rec, "the sidecar's records")
+            self.tables.take(self._unpack(self._packer.pack(rec)), "the sidecar's records")
 
     @property
     def proc(self) -> int:
@@ -250,12 +273,17 @@ class MemoryTrace(TraceWriter):
         return self.tables._cur.proc
 
     def encoded(self, record: bytes) -> None:
-        self._write(msgpack.unpackb(record))
+        self._write(self._unpack(record))
 
-    def flush(self) -> None:
+    def flush(self, finish: bool = False) -> None:
         pass
 
     def on_samples(self, rec: dict) -> None:
         """A samples record (base_ns, dt_ns, thread, stack, state): for the subclass to count."""
 
-
+    def iter_samples(self, on_batch: Callable[..., None], windows: bool = False, spans: bool = False,
+                     proc: Optional[int] = 0) -> None:
+        """The kept samples, as TraceFile.iter_samples hands a file's (keep_samples only)."""
+        if self.kept is None:
+            raise ValueError("this MemoryTrace keeps no samples (keep_samples=False)")
+        hand_samples(self.kept, on_batch, None, windows, spans, proc)

@@ -1,5 +1,6 @@
 """What attach, record and top share: their recording options on the command line, and what
-happens after a recording (sdb-symbolize run for --format, or the commands to run printed)."""
+happens after a recording (the --format profile made in-process, or the sdb-symbolize commands to
+run printed)."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +8,6 @@ import math
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 from typing import Dict, List
 
@@ -49,8 +49,8 @@ def add_recording_arguments(p: argparse.ArgumentParser) -> None:
                         f"(default {DEFAULTS.ebpf_max_rate:g})")
     formats = symbolizer_formats()
     p.add_argument("--format", "-f", choices=sorted(formats) or None, metavar="FORMAT",
-                   help="at the end, run sdb-symbolize with this format and write the profile next to the "
-                        "trace" + (f" ({', '.join(sorted(formats))})" if formats else ""))
+                   help="at the end, make the profile in this format (as sdb-symbolize does) and write it next "
+                        "to the trace" + (f" ({', '.join(sorted(formats))})" if formats else ""))
 
 
 def add_depth_argument(p: argparse.ArgumentParser) -> None:
@@ -160,21 +160,15 @@ START_CWD = _start_cwd()
 
 
 def finish_recording(args, counts: dict) -> int:
-    """After attach/record: run sdb-symbolize (--format) on each trace file kept, or print the
-    commands to run. Returns sdb-symbolize's exit code (0 when it was not run)."""
+    """After attach/record: make the --format profile of each trace file kept, in this process (the
+    symbolizer's library, exactly as the printed sdb-symbolize command would), or print the commands
+    to run. Returns sdb-symbolize's exit code (0 when no profile was asked for)."""
     files = counts.get("files") or [args.output]
     where = files[0] if len(files) == 1 else f"{len(files)} files ({files[0]} ... {files[-1]})"
     if args.format:
         rc = 0
         for trace in files:
-            out = profile_path(trace, args.format)
-            cmd = [sys.executable, "-m", "sdb_symbolize.cli", trace, "--format", args.format, "-o", out]
-            try:
-                rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, cwd=START_CWD).returncode or rc
-            except OSError as e:    # could not even start it (fork or exec failed): say so, keep the trace
-                sys.stderr.write(f"sdb: cannot run sdb-symbolize ({e.strerror}); the trace is kept: {trace}; "
-                                 f"run: {' '.join(symbolize_command(trace, args.format))}\n")
-                return 1
+            rc = make_profile(trace, args.format) or rc
         if rc != 0:
             sys.stderr.write(f"sdb: sdb-symbolize failed (exit {rc}); the trace is kept: {where}\n")
         elif not args.quiet:
@@ -186,6 +180,21 @@ def finish_recording(args, counts: dict) -> int:
     if not args.quiet:
         print_next_steps(files[-1] if len(files) > 1 else args.output, counts, args, where)
     return 0
+
+
+def make_profile(trace: str, fmt: str) -> int:
+    """What `symbolize_command(trace, fmt)` does, in-process: sdb-symbolize's exit code. A relative
+    path is the start directory's (START_CWD)."""
+    try:
+        from sdb_symbolize.cli import symbolize
+        from sdb_symbolize.options import ProfileOptions
+    except Exception as e:      # a broken symbolizer: the trace is kept all the same
+        sys.stderr.write(f"sdb: cannot load sdb-symbolize ({type(e).__name__}: {e}); the trace is kept: {trace}; "
+                         f"run: {shlex.join(symbolize_command(trace, fmt))}\n")
+        return 1
+    here = START_CWD or ""
+    return symbolize(os.path.join(here, trace), ProfileOptions(format=fmt),
+                     os.path.join(here, profile_path(trace, fmt)))
 
 
 def of_what(counts: dict) -> str:

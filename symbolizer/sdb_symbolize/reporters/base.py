@@ -1,14 +1,37 @@
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import IO, Callable, Dict, List, Optional
 
+from ..options import ProfileOptions
 from ..samples import Process, Stack, Thread
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What a reporter knows of the recording besides its samples (profile.render makes it)."""
+    header: dict                                   # the trace's header record
+    end: Optional[dict] = None                     # its end record (None: cut short)
+    spans: Dict[int, dict] = field(default_factory=dict)    # its units of work by id of the trace (Tables.spans)
+    shown_spans: List[dict] = field(default_factory=list)   # the spans the filters keep, in the order they began
+    processes: List[Process] = field(default_factory=list)  # the processes the filters keep (one for most traces)
+    thread_of: Optional[Callable[[int], Thread]] = None     # a thread id of the trace -> its Thread
+
+    @property
+    def end_ns(self) -> Optional[int]:
+        """When the recording ended (None: cut short)."""
+        return self.end.get("at_ns") if self.end else None
+
+    @property
+    def ticks(self) -> Optional[int]:
+        """The sampler's ticks (None: cut short)."""
+        return self.end.get("ticks") if self.end else None
 
 
 class Reporter:
     """The one interface every output format implements.
 
-    The command hands samples to `add()` and then calls `render(out)` once; a reporter never opens
+    profile.render hands samples to `add()` and then calls `render(out)` once; a reporter never opens
     files or parses arguments. An aggregating reporter (timeline = False) gets one `add()` per
     distinct (thread, stack, state) with its count, in no particular order, and t_ns None; a
     timeline reporter gets every sample in time order (count 1, t_ns its time). `start(out)` comes
@@ -18,20 +41,25 @@ class Reporter:
     extension = ""       # default file extension
     binary = False       # render() writes bytes, not text
     timeline = False     # wants every sample, in time order
-    end_ns: Optional[int] = None   # set by the command: when the recording ended (None: cut short)
-    end: Optional[dict] = None     # set by the command: the trace's end record (None: cut short)
-    spans: Dict[int, dict] = {}    # set by the command: the trace's units of work (Tables.spans)
-    ticks: Optional[int] = None    # set by the command: the sampler's ticks (None: cut short)
-    shown_spans: List[dict] = []   # set by the command: the spans the filters keep, in the order they began
-    thread_of: Optional[Callable[[int], Thread]] = None   # set by the command: a thread serial's Thread
-    processes: List[Process] = []  # set by the command: the processes the filters keep (one for most traces)
+    by_unit = False      # wants each sample's unit of work (add_unit)
+    units_if_any = False  # ... when the recording has units of work
 
-    def __init__(self, header: dict, options):
-        self.header = header
+    def __init__(self, recording: Recording, options: ProfileOptions):
+        self.recording = recording
+        self.header = recording.header
         self.options = options
-        rate = header.get("rate_hz") or 1000
+        self.end = recording.end
+        self.end_ns = recording.end_ns
+        self.ticks = recording.ticks
+        self.spans = recording.spans
+        self.shown_spans = recording.shown_spans
+        self.processes = recording.processes
+        self.thread_of = recording.thread_of
+        if self.units_if_any and recording.spans:
+            self.by_unit = True         # its samples carry their unit of work (pprof's labels)
+        rate = self.header.get("rate_hz") or 1000
         self.period_ns = int(round(1e9 / rate))   # what one sample weighs in time
-        self.start_ns = header.get("start_mono_ns", 0)   # when the recording started (CLOCK_MONOTONIC)
+        self.start_ns = self.header.get("start_mono_ns", 0)   # when the recording started (CLOCK_MONOTONIC)
         self.out: Optional[IO] = None
 
     def start(self, out: IO) -> None:

@@ -23,8 +23,8 @@ class CollapsedReporter(Reporter):
     name = "collapsed"
     extension = ".collapsed"
 
-    def __init__(self, header, options):
-        super().__init__(header, options)
+    def __init__(self, recording, options):
+        super().__init__(recording, options)
         self.counts: Counter = Counter()
 
     def add(self, thread, stack, state, t_ns, count) -> None:

@@ -21,8 +21,8 @@ class CompareSlowReporter(Reporter):
     extension = ".compare.txt"
     by_unit = True
 
-    def __init__(self, header, options):
-        super().__init__(header, options)
+    def __init__(self, recording, options):
+        super().__init__(recording, options)
         self.threshold_ns = (options.slower_than_ms or 0) * 1e6
         self.own = {True: Counter(), False: Counter()}
         self.total = {True: Counter(), False: Counter()}

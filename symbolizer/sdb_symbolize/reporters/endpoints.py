@@ -48,8 +48,8 @@ class EndpointsReporter(Reporter):
     wants_idle = True
     gvl_blame = True
 
-    def __init__(self, header, options):
-        super().__init__(header, options)
+    def __init__(self, recording, options):
+        super().__init__(recording, options)
         self.samples: Dict[str, Counter] = defaultdict(Counter)            # endpoint -> where -> samples
         self.leaves: Dict[str, Dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
         # GVL blame: waiting endpoint -> holder's endpoint (None: no single holder seen) -> samples,

@@ -120,8 +120,8 @@ class FirefoxReporter(Reporter):
     extension = ".firefox.json"
     timeline = True
 
-    def __init__(self, header, options):
-        super().__init__(header, options)
+    def __init__(self, recording, options):
+        super().__init__(recording, options)
         self.threads: Dict[object, _Thread] = {}
         self.last_ns = self.start_ns
 

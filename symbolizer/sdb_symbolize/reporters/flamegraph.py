@@ -19,8 +19,8 @@ class FlamegraphReporter(Reporter):
     name = "flamegraph"
     extension = ".html"
 
-    def __init__(self, header, options):
-        super().__init__(header, options)
+    def __init__(self, recording, options):
+        super().__init__(recording, options)
         self.counts: Dict[tuple, int] = {}
 
     def add(self, thread, stack, state, t_ns, count) -> None:

@@ -22,8 +22,8 @@ class JsonReporter(Reporter):
     extension = ".jsonl"
     timeline = True
 
-    def __init__(self, header, options):
-        super().__init__(header, options)
+    def __init__(self, recording, options):
+        super().__init__(recording, options)
         self.inline = bool(getattr(options, "json_frames", False))
         self._threads: Dict[object, str] = {}
         self._stacks: Dict[object, str] = {}

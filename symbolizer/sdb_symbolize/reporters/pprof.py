@@ -20,10 +20,10 @@ class PprofReporter(Reporter):
     name = "pprof"
     extension = ".pb.gz"
     binary = True
-    units_if_any = True     # the command sets by_unit when the trace has spans
+    units_if_any = True     # by_unit when the trace has spans (Reporter.__init__)
 
-    def __init__(self, header, options):
-        super().__init__(header, options)
+    def __init__(self, recording, options):
+        super().__init__(recording, options)
         self.counts: Dict[Tuple, int] = {}
 
     def add(self, thread, stack, state, t_ns, count) -> None:

@@ -54,8 +54,8 @@ class SpeedscopeReporter(Reporter):
     extension = ".speedscope.json"
     timeline = True
 
-    def __init__(self, header, options):
-        super().__init__(header, options)
+    def __init__(self, recording, options):
+        super().__init__(recording, options)
         self.by = getattr(options, "by", None)
         if self.by:
             self.by_unit = True          # samples come with their unit (add_unit) ...

@@ -17,8 +17,8 @@ class SummaryReporter(Reporter):
     extension = ".summary.txt"
     what = "FUNCTION"
 
-    def __init__(self, header, options):
-        super().__init__(header, options)
+    def __init__(self, recording, options):
+        super().__init__(recording, options)
         self.by_stack: Counter = Counter()
         self.threads = set()
 
