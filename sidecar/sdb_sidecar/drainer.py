@@ -46,7 +46,10 @@ class Drainer:
     that finds other instructions at the address names nothing; one that finds the same is taken
     (`unproven` counts those). A read that fails on what passes (a compaction moving the name's
     strings) is read again at the next drains, with the same window, before the ISeq is written
-    (unknown) (`read_again`, READ_AGAIN_NS)."""
+    (unknown) (`read_again`, READ_AGAIN_NS). A name read is written only once a sample copied after
+    the read shows the ISeq again (`unconfirmed`, CONFIRM_NS): the first sample proves the ISeq alive
+    at its copy, not at the read, and a dead ISeq not yet swept keeps its instructions while the
+    Strings of its name are swept and their slots refilled (issue 44)."""
 
     BIRTHS_KEPT = 4     # per address: enough for the births since any pending read's `lo`
 
