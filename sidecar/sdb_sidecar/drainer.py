@@ -23,9 +23,6 @@ GIVEN_UP = -1
 # the ISeq is written (unknown): until then its samples wait for their name, none goes unnamed for a
 # compaction. Not an ISeq replaced at the address: that read names nothing, at once.
 READ_AGAIN_NS = 500_000_000
-# A name read waits this long for a sample copied after the read to show its ISeq alive, before the
-# ISeq is written (unknown) (Drainer.unconfirmed)
-CONFIRM_NS = 500_000_000
 
 # the name of a sampled ISeq that was gone before it could be read (without eBPF to name it at birth)
 UNKNOWN_ISEQ = {"label": "(unknown)", "base_label": "(unknown)", "path": "", "realpath": None, "first_line": 0,
@@ -46,10 +43,7 @@ class Drainer:
     that finds other instructions at the address names nothing; one that finds the same is taken
     (`unproven` counts those). A read that fails on what passes (a compaction moving the name's
     strings) is read again at the next drains, with the same window, before the ISeq is written
-    (unknown) (`read_again`, READ_AGAIN_NS). A name read is written only once a sample copied after
-    the read shows the ISeq again (`unconfirmed`, CONFIRM_NS): the first sample proves the ISeq alive
-    at its copy, not at the read, and a dead ISeq not yet swept keeps its instructions while the
-    Strings of its name are swept and their slots refilled (issue 44)."""
+    (unknown) (`read_again`, READ_AGAIN_NS)."""
 
     BIRTHS_KEPT = 4     # per address: enough for the births since any pending read's `lo`
 
@@ -78,10 +72,6 @@ class Drainer:
         self.to_read: list = []     # [(addr, lo_ns, instructions)]: ISeqs to name by reading the target
         self.read_again: list = []  # [(addr, lo_ns, instructions, first read's ns)]: reads that
                                     # failed on what passes, tried again at the next drain (READ_AGAIN_NS)
-        self.unconfirmed: dict = {}     # addr -> (lo_ns, instructions, name read, read's end ns, first
-                                        # read's ns): read, written once a later sample shows it alive
-        self.asked: set = set()         # unconfirmed addresses the sampler was told to hand over again
-        self.unconfirmed_names = 0      # names read that no later sample confirmed: written (unknown)
         self.ebpf_announced = False     # the trace's ebpf_attached record is written
         self.kernel_view_ns = 0         # when the sampler began to use the kernel view (session.EbpfHub)
         self.kernel_view_announced = False
@@ -172,13 +162,11 @@ class Drainer:
     def name_remotely(self, final: bool = False) -> None:
         """Name the ISeqs in to_read by reading them (see the class's docstring); a read that failed on
         what passes is tried again at the next drains (read_again), or at once for the last time
-        (final: the recording or its file ends, or a snapshot names what it has now). A name read is
-        written only once a sample copied after the read shows the ISeq again (`unconfirmed`)."""
+        (final: the recording or its file ends, or a snapshot names what it has now)."""
         now = _sampler.monotonic_ns()
         reads = self.read_again + [(addr, lo, encoded, now) for addr, lo, encoded in self.to_read]
         self.to_read, self.read_again = [], []
         done = []
-        confirmed = []
         read: dict = {}     # (addr, instructions) -> (info or None, replaced, read_ns): one read each
         for addr, lo, encoded, first_read in reads:
             if self.named_at_birth(addr, lo, encoded):
@@ -190,19 +178,6 @@ class Drainer:
                 self.in_file.add(addr)
                 self.writer.iseq(addr, at_ns=at_ns, source="restated", **info)
                 continue
-            waiting = self.unconfirmed.get(addr)
-            if waiting is not None:
-                if encoded == waiting[1]:
-                    if lo >= waiting[3]:
-                        # on a stack after the read ended: it was alive, and so were its name's
-                        # objects, all through the read
-                        del self.unconfirmed[addr]
-                        confirmed.append((addr, waiting, lo))
-                    else:
-                        self.asked.discard(addr)    # copied before the read ended: ask again
-                    continue
-                del self.unconfirmed[addr]      # other instructions: the ISeq read is gone
-                self._write_unconfirmed(addr, waiting)
             if (addr, encoded) not in read:
                 read[(addr, encoded)] = self.read_iseq(addr, encoded)
             info, replaced, read_ns = read[(addr, encoded)]
@@ -211,54 +186,21 @@ class Drainer:
                     self.read_again.append((addr, lo, encoded, first_read))
                     continue
                 self.symbol_errors += 1
-            done.append((addr, lo, encoded, info, read_ns, first_read))
-        if done or confirmed:
-            self.sync_ebpf()        # births until after the reads, and until the confirming samples
-        for addr, lo, encoded, info, read_ns, first_read in done:
-            if info is not None and self._superseded(addr, lo, read_ns):
-                info = None
+            done.append((addr, lo, info, read_ns))
+        if not done:
+            return
+        self.sync_ebpf()        # births until after the reads
+        for addr, lo, info, read_ns in done:
+            if info is not None:
+                if self.ebpf is not None and self.ebpf.attached_throughout(lo, read_ns):
+                    if self.born_between(addr, lo, read_ns):
+                        self.superseded += 1
+                        info = None
+                else:
+                    self.unproven += 1
             if info is None:
                 self.unnamed_iseqs += 1
-                self.write_iseq(addr, lo, "remote", UNKNOWN_ISEQ)
-                continue
-            waiting = self.unconfirmed.get(addr)
-            if waiting is None or lo < waiting[0]:
-                self.unconfirmed[addr] = (lo, encoded, info, read_ns, first_read)
-        for addr, (lo, encoded, info, read_ns, first_read), seen in confirmed:
-            if self.ebpf is not None and self.ebpf.attached_throughout(read_ns, seen) \
-                    and self.born_between(addr, read_ns, seen):
-                self.superseded += 1            # the sample saw a successor: no proof for the name read
-                self.unnamed_iseqs += 1
-                self.write_iseq(addr, lo, "remote", UNKNOWN_ISEQ)
-            else:
-                self.write_iseq(addr, lo, "remote", info)
-        for addr, waiting in list(self.unconfirmed.items()):
-            if final or now - waiting[3] >= CONFIRM_NS:
-                del self.unconfirmed[addr]
-                self._write_unconfirmed(addr, waiting)
-        ask = [a for a in self.unconfirmed if a not in self.asked]
-        if ask:
-            # the next sample that shows one hands it over again: its copy window says when it was alive
-            self.sampler.forget_names(ask, [])
-            self.asked.update(ask)
-        self.asked.intersection_update(self.unconfirmed)
-
-    def _superseded(self, addr: int, lo: int, hi: int) -> bool:
-        """An ISeq born at addr between lo and hi (eBPF attached throughout): what was read or seen at hi
-        is its successor. Without eBPF over that time, counted unproven and taken."""
-        if self.ebpf is not None and self.ebpf.attached_throughout(lo, hi):
-            if self.born_between(addr, lo, hi):
-                self.superseded += 1
-                return True
-            return False
-        self.unproven += 1
-        return False
-
-    def _write_unconfirmed(self, addr: int, waiting: tuple) -> None:
-        """A name read that no later sample confirmed: (unknown), counted."""
-        self.unconfirmed_names += 1
-        self.unnamed_iseqs += 1
-        self.write_iseq(addr, waiting[0], "remote", UNKNOWN_ISEQ)
+            self.write_iseq(addr, lo, "remote", info if info is not None else UNKNOWN_ISEQ)
 
     def drain_ebpf(self) -> None:
         """ISeqs named at birth by eBPF (source "ebpf", the event's time); moves keep a name."""

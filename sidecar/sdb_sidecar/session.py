@@ -381,16 +381,8 @@ class Session:
         """One tick in this thread and its drain (snapshot); False when the target cannot be read."""
         if not self.sampler.sample_once():
             return False
-        self.drainer.drain()
-        self.confirm_names()
         self.drainer.drain(final=True)
         return True
-
-    def confirm_names(self) -> None:
-        """One more tick when names read at the last drains wait for a sample to show their ISeqs alive
-        after the read (Drainer.unconfirmed): without it they would be written (unknown)."""
-        if self.drainer.unconfirmed and self.sampler.sample_once():
-            self.drainer.drain()
 
     def running(self) -> bool:
         return self.thread.is_alive() and not self.stalled
@@ -438,10 +430,9 @@ class Session:
         """After the loop: what the sampler gathered since the last step (not from a stalled one).
         The recording ends now (the end record's at_ns): the span ring is read after this moment,
         so every request or job that ended by then is in the trace."""
+        self.ended_ns = _sampler.monotonic_ns()
         if not self.stalled:
             self.drainer.drain()
-            self.confirm_names()
-        self.ended_ns = _sampler.monotonic_ns()
         self.drainer.spans.drain(final=True)
 
     def close(self) -> None:
@@ -485,7 +476,6 @@ class Session:
                 "spans_lost": d.spans.lost, "endpoints_refused": self.target.registry.strings_refused,
                 "threads": stats["threads"], "symbol_errors": d.symbol_errors,
                 "names_superseded": d.superseded, "names_unproven": d.unproven,
-                "names_unconfirmed": d.unconfirmed_names,
                 "unnamed": {"iseqs": d.unnamed_iseqs, "methods": d.unnamed_methods},
                 "renamed": {"iseqs": d.renamed_iseqs, "methods": d.renamed_methods},
                 "ebpf": self.symbolizer.summary() if self.symbolizer is not None else None,

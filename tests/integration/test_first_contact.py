@@ -55,16 +55,8 @@ def unnamed_story(trace) -> dict:
             "unnamed_methods": [(hex(r["me"]), r.get("source"), rel(r.get("at_ns", h))) for r in trace.records
                                 if r["t"] == "method" and not r.get("name")],
             "end": {k: trace.end.get(k) for k in ("unnamed", "symbol_errors", "names_superseded", "names_unproven",
-                                                   "names_unconfirmed",
                                                    "torn", "in_context", "samples", "reason")},
             "end_s": rel(trace.end["at_ns"])}
-
-
-def only_unconfirmed(sample: dict, trace) -> bool:
-    """The sample's unnamed frames are all ISeqs whose name a read gave and no later sample confirmed
-    (the end record's names_unconfirmed counts them), none a C function's."""
-    unknown = [f[0] for f in sample["frames"] if any(u in f[0] for u in UNNAMED)]
-    return trace.end.get("names_unconfirmed", 0) > 0 and all(f.startswith("(unknown ISeq") for f in unknown)
 
 
 @pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")
@@ -88,9 +80,7 @@ def test_record_samples_a_one_second_program_from_its_start_every_frame_named(tm
     assert len(ours) >= 0.9 * expected, (len(ours), expected, trace.end)
     # AND every frame of every sample taken while it ran is named (what it calls after its last line,
     # on its way out, may be gone before it can be read: the end record counts it)
-    # (a frame that ran once before eBPF attached, its name read after it left every stack: counted)
-    unnamed = [u for u in unnamed_samples(trace.path, start, end) if not only_unconfirmed(u, trace)]
-    assert unnamed == [], unnamed_story(trace)
+    assert unnamed_samples(trace.path, start, end) == [], unnamed_story(trace)
     assert set(trace.end["unnamed"]) == {"iseqs", "methods"}
 
 
@@ -111,12 +101,7 @@ def test_short_recordings_name_every_frame(tmp_path, ruby_target, sidecar_proces
     for path, window in ((trace.path, (start, end)), (attached, (0, 1 << 63))):
         t = read_trace(path)
         assert t.end["samples"] > 0
-        unnamed = unnamed_samples(path, *window)
-        if path == trace.path:
-            # a frame that ran once before eBPF attached, whose name was read after it left every
-            # stack, is not proven (docs/internals.md, "Names are proven"): (unknown), counted
-            unnamed = [u for u in unnamed if not only_unconfirmed(u, t)]
-        assert unnamed == [], (path, unnamed_story(read_trace(path)))
+        assert unnamed_samples(path, *window) == [], (path, unnamed_story(read_trace(path)))
         if path == attached:
             assert t.end["unnamed"] == {"iseqs": 0, "methods": 0}, t.end
         labels = {lbl for row in t.stack_labels for lbl in row if lbl}
