@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Wrong names under GC compaction: benchmarks/programs/compaction_churn.rb (GC.compact every 10 ms while
+methods are defined by class_eval strings, define_method and Class.new, run, eval'd and removed) recorded
+with `sdb-sidecar attach --rate 10000` beside two `yes`, RUNS runs of SECONDS each per Ruby. Counts the
+Ruby frames whose path is not a file, an eval's name or a Ruby internal (a wrong name: issue 44 saw
+150-290 of ~185,000 samples so), and the frames left unnamed. eBPF is used when the sidecar can (root).
+
+    .venv/bin/python benchmarks/compaction_names.py --ruby RUBY[:GEM_HOME] [--ruby ...] [--runs 3] [--seconds 20]
+
+Prints one line per run and one per Ruby: samples, Ruby frames, wrong paths, unnamed frames, eBPF pauses.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.join(REPO, "sidecar"), os.path.join(REPO, "symbolizer")]
+
+from sdb_trace import KIND_RUBY, iter_samples, load_tables  # noqa: E402
+
+PROGRAM = os.path.join(REPO, "benchmarks", "programs", "compaction_churn.rb")
+SIDECAR = os.path.join(REPO, ".venv", "bin", "sdb-sidecar")
+
+
+def a_file_or_eval(path: str) -> bool:
+    return (os.path.isabs(path) and os.path.exists(path)) or path.startswith("(eval") or path.startswith("<internal:")
+
+
+def count(trace: str) -> dict:
+    """Samples, Ruby frames, frames with a wrong path, unnamed frames: each frame named as the symbolizer
+    joins it (Tables.symbol_at, by address, time and copy window)."""
+    t = load_tables(trace)
+    c = {"samples": 0, "frames": 0, "wrong": 0, "unnamed": 0, "pauses": len(t.ebpf_pauses), "wrong_paths": set()}
+
+    def on_batch(base, dts, threads, stacks, states, wins):
+        for dt, sid, w in zip(dts, stacks, wins):
+            at = base + dt
+            c["samples"] += 1
+            for fid in t.stacks[sid]:
+                if t.frame_kind[fid] != KIND_RUBY:
+                    continue
+                c["frames"] += 1
+                s = t.symbol_at(t.iseqs, t.frame_iseq[fid], at, at - w * 1000 if w else None)
+                if s is None or s.label == "(unknown)":
+                    c["unnamed"] += 1
+                elif not a_file_or_eval(s.path):
+                    c["wrong"] += 1
+                    c["wrong_paths"].add(s.path[:60])
+    iter_samples(trace, on_batch, windows=True)
+    return c
+
+
+def run_once(ruby: str, gem_home: str, seconds: float, out: str) -> dict:
+    env = dict(os.environ)
+    if gem_home:
+        env.update(GEM_HOME=gem_home, GEM_PATH=gem_home)
+    hogs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(2)]
+    app = subprocess.Popen([ruby, PROGRAM], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    try:
+        if app.stdout.readline().strip() != b"ready":
+            raise SystemExit(f"{PROGRAM} did not start under {ruby}")
+        side = subprocess.run([SIDECAR, "attach", "--pid", str(app.pid), "--rate", "10000", "--duration",
+                               str(seconds), "-q", "-o", out], capture_output=True, text=True)
+        if side.returncode != 0:
+            raise SystemExit(f"sdb-sidecar failed: {side.stderr.strip()}")
+    finally:
+        app.stdin.close()
+        app.wait(timeout=30)
+        for h in hogs:
+            h.send_signal(signal.SIGTERM)
+            h.wait()
+    return count(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ruby", action="append", required=True, help="RUBY[:GEM_HOME] (empty GEM_HOME: the Ruby's own gems)")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    args = ap.parse_args()
+    for spec in args.ruby:
+        ruby, _, gem_home = spec.partition(":")
+        total = {"samples": 0, "frames": 0, "wrong": 0, "unnamed": 0}
+        with tempfile.TemporaryDirectory() as tmp:
+            for i in range(args.runs):
+                c = run_once(ruby, gem_home, args.seconds, os.path.join(tmp, f"run{i}.msgpack"))
+                print(f"{ruby} run {i + 1}: {c['samples']} samples, {c['frames']} Ruby frames, wrong paths "
+                      f"{c['wrong']} {sorted(c['wrong_paths'])[:5]}, unnamed {c['unnamed']}, eBPF pauses "
+                      f"{c['pauses']}", flush=True)
+                for k in total:
+                    total[k] += c[k]
+                time.sleep(1)
+        print(f"{ruby}: {args.runs} runs of {args.seconds:g} s: {total['samples']} samples, {total['frames']} Ruby "
+              f"frames, wrong paths {total['wrong']}, unnamed {total['unnamed']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
