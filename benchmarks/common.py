@@ -67,6 +67,18 @@ def ruby_target(cfg, program: str, *argv, stdin=False, ready_timeout: float = 20
         reap(p)
 
 
+@contextmanager
+def hogs(n: int):
+    """n `yes > /dev/null` beside the block (not pinned: they load every core), killed after it."""
+    ps = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in ps:
+            p.kill()
+            p.wait()
+
+
 def reap(p: subprocess.Popen) -> None:
     """Kill a target and remove the registry a SIGKILLed Ruby cannot remove itself."""
     if p.poll() is None:
