@@ -13,9 +13,9 @@ the same length show up with no detach at all. The target runs on one core, this
 
 The stall a detach costs the app: how long the target's thread was asleep (off a CPU without waiting
 for one: its 10 ms slices' wall time less their CPU time and run-queue delay, which the target takes
-itself) in the slices that began while its probes came out, median and spread over the cycles; beside
+itself) in the slices that overlap the detach of its probes, median and spread over the cycles; beside
 it the same measure per second while detached and nothing happens (the machine's own noise). Quiet and
-beside HOGS `yes` (started here, on every core: the target then waits for a CPU, which is not counted
+beside two `yes` (LOADS; started here, on every core: the target then waits for a CPU, which is not counted
 as asleep; a stall is time it could not run at all). The old kernel took a busy uprobe out while
 holding the lock each hit takes, for an RCU grace period: 10-30 ms asleep at every detach."""
 from __future__ import annotations
