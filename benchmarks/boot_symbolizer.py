@@ -64,12 +64,16 @@ def one(cfg, mode: str, folder: str, files: int, methods: int, tmp: str) -> dict
             cmd = common.taskset(common.SAMPLER_CPU) + [
                 os.path.join(common.BIN, "sdb-sidecar"), "attach", "--pid", str(target.pid), "--rate", "1000",
                 "-o", out, "--quiet"] + MODES[mode]
-            sc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+            with open(out + ".stderr", "w") as err:
+                sc = subprocess.Popen(cmd, stderr=err, text=True)
+            said = lambda: open(out + ".stderr").read()     # noqa: E731
+            # (but --no-ebpf) the eBPF symbolizer attached, beside the sampling: as long as its compile takes
+            if "--no-ebpf" not in MODES[mode]:
+                common.wait_ebpf_attached(sc, out, said)
             deadline = time.monotonic() + 30
-            # recording, and (but --no-ebpf) the eBPF symbolizer attached: it is attached beside the sampling
-            while samples_in(out) == 0 or ("--no-ebpf" not in MODES[mode] and not common.ebpf_attached(out)):
+            while samples_in(out) == 0:     # and recording
                 if sc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"sdb-sidecar did not start recording: {sc.communicate()[1] if sc.poll() is not None else 'timeout'}")
+                    raise RuntimeError(f"sdb-sidecar did not start recording: {said() if sc.poll() is not None else 'timeout'}")
                 time.sleep(0.05)
         target.stdin.write("go\n")
         target.stdin.flush()
@@ -80,9 +84,9 @@ def one(cfg, mode: str, folder: str, files: int, methods: int, tmp: str) -> dict
         target.wait(30)
         end, sources = {}, {}
         if sc is not None:
-            _, err = sc.communicate(timeout=60)
+            sc.wait(timeout=60)
             if sc.returncode != 0:
-                raise RuntimeError(f"sdb-sidecar exited with {sc.returncode}: {err.strip()}")
+                raise RuntimeError(f"sdb-sidecar exited with {sc.returncode}: {said().strip()}")
             from sdb_trace import TraceReader
             with TraceReader(out) as r:
                 for rec in r.records():
@@ -90,6 +94,7 @@ def one(cfg, mode: str, folder: str, files: int, methods: int, tmp: str) -> dict
                         sources[rec["source"]] = sources.get(rec["source"], 0) + 1
                 end = r.end or {}
             os.unlink(out)
+            os.unlink(out + ".stderr")
     ebpf = end.get("ebpf") or {}
     return {"boot_s": boot_s, "ebpf_events": sum((ebpf.get("events") or {}).values()), "lost": ebpf.get("lost", 0),
             "pauses": ebpf.get("pauses", 0), "paused_s": ebpf.get("paused_s", 0.0),

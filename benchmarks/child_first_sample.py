@@ -17,7 +17,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 
 import common
 
@@ -25,17 +24,6 @@ NAME = "child_first_sample"
 SIDECAR = [sys.executable, "-m", "sdb_sidecar.cli"]
 HOGS = (0, 2, 8)         # `yes` processes beside it: none, the busy machine, a crowded one
 PROGRAM = os.path.join("..", "..", "tests", "programs", "forking_tree.rb")   # from benchmarks/programs
-
-
-@contextmanager
-def hogs(n: int):
-    ps = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(n)]
-    try:
-        yield
-    finally:
-        for p in ps:
-            p.kill()
-            p.wait()
 
 
 def first_samples(path: str):
@@ -107,7 +95,7 @@ def run(cfg) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             for n in got:           # interleaved
-                with hogs(n):
+                with common.hogs(n):
                     for *delays, early in one_round(cfg, os.path.join(tmp, f"tree-{n}-{r}.msgpack")):
                         got[n].append(delays)
                         before_ebpf[n] += early

@@ -67,6 +67,18 @@ def ruby_target(cfg, program: str, *argv, stdin=False, ready_timeout: float = 20
         reap(p)
 
 
+@contextmanager
+def hogs(n: int):
+    """n `yes > /dev/null` beside the block (not pinned: they load every core), killed after it."""
+    ps = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in ps:
+            p.kill()
+            p.wait()
+
+
 def reap(p: subprocess.Popen) -> None:
     """Kill a target and remove the registry a SIGKILLed Ruby cannot remove itself."""
     if p.poll() is None:
@@ -179,6 +191,26 @@ def ebpf_attached(out: str) -> bool:
     """The trace being written has its ebpf_attached record (the eBPF symbolizer is in place)."""
     from sdb_trace import has_record
     return has_record(out, "ebpf_attached")
+
+
+# A sidecar whose eBPF neither came nor was said missing after this long is hung: bcc's compile takes
+# seconds, a minute or more on a loaded machine (it starts at a low priority), never this long.
+EBPF_PATIENCE_S = 900.0
+
+
+def wait_ebpf_attached(p: subprocess.Popen, out: str, said, patience_s: float = EBPF_PATIENCE_S) -> None:
+    """Until the trace `out` of sidecar p has its ebpf_attached record. RuntimeError at once when p exits
+    or says that eBPF will not come (its notice on stderr; said(): what it said so far), and after
+    patience_s only if neither came."""
+    deadline = time.monotonic() + patience_s
+    while not ebpf_attached(out):
+        notice = [line for line in said().splitlines() if line.startswith("sdb: notice: no eBPF symbolizer")]
+        if p.poll() is not None or notice:
+            raise RuntimeError(f"no eBPF symbolizer: the sidecar {'exited' if p.poll() is not None else 'said'}: "
+                               f"{(notice or [said().strip()])[0]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the sidecar said neither that eBPF is attached nor why not in {patience_s:.0f} s")
+        time.sleep(0.1)
 
 
 @contextmanager

@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Sequence
 
 import pytest
 
+from ebpf_wait import SidecarProcess
 from sdb_trace import KIND_RUBY, TraceReader, iter_samples, load_tables
 
 REPO = Path(__file__).resolve().parent.parent
@@ -259,13 +260,15 @@ def run_bench_quick(results: Path, *only: str, timeout: float, extra: Sequence[s
 
 
 @pytest.fixture
-def sidecar_process():
-    """Factory: start `sdb-sidecar ARGS` in the background (Popen); killed at teardown."""
+def sidecar_process(tmp_path_factory):
+    """Factory: start `sdb-sidecar ARGS` in the background (an ebpf_wait.SidecarProcess: its stderr so
+    far can be read while it runs); killed at teardown."""
     procs: List[subprocess.Popen] = []
+    errs = tmp_path_factory.mktemp("sidecar-stderr")
 
     def start(*args: str, prefix: Optional[List[str]] = None) -> subprocess.Popen:
-        p = subprocess.Popen([*(prefix or []), *SIDECAR, *args], stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+        p = SidecarProcess([*(prefix or []), *SIDECAR, *args], errs / f"{len(procs)}.stderr",
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, cwd=str(REPO))
         procs.append(p)
         return p
 

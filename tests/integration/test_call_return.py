@@ -14,7 +14,8 @@ import struct
 
 import pytest
 
-from conftest import ebpf_attached_so_far, ebpf_missing, read_trace, samples_so_far, wait_for
+from conftest import ebpf_missing, read_trace, samples_so_far, wait_for
+from ebpf_wait import wait_for_ebpf
 from sdb_sidecar._registry import Registry
 from sdb_symbolize.resolve import Resolver
 from sdb_symbolize.labels import LABELS_RUBY
@@ -43,7 +44,7 @@ def test_no_frame_the_thread_left_shows_above_its_live_stack(ruby_target, sideca
                                   "--duration", "600", "-q", *(["--no-ebpf"] if reads == "from outside" else []))
         n0 = 0
         if reads == "in context":   # 20,000 samples after the reads are in (attached before the symbolizer's record)
-            wait_for(lambda: ebpf_attached_so_far(trace) or sidecar.poll() is not None, 300, what="eBPF attached")
+            wait_for_ebpf(sidecar, trace)
             n0 = samples_so_far(trace)
         wait_for(lambda: samples_so_far(trace) >= n0 + 20_000 or sidecar.poll() is not None, 300,
                  what="20,000 samples")

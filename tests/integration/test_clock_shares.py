@@ -11,6 +11,7 @@ import collections
 import json
 
 from conftest import ebpf_all_in_so_far, ebpf_missing, read_trace, samples_so_far, wait_for
+from ebpf_wait import ANY_MISSING, EVERY_PROGRAM, wait_for_ebpf
 from sdb_symbolize.resolve import Resolver
 from sdb_symbolize.labels import LABELS_RUBY
 from sdb_trace import iter_samples
@@ -32,7 +33,7 @@ def test_sdb_splits_time_between_a_c_function_and_ruby_as_the_programs_clock_doe
     out = tmp_path / "trace.msgpack"
     sidecar = sidecar_process("attach", "--pid", str(target.pid), "-d", "600", "-o", str(out), "-q")
     if not ebpf_missing():
-        wait_for(lambda: ebpf_all_in_so_far(out) or sidecar.poll() is not None, 180, what="eBPF in")
+        wait_for_ebpf(sidecar, lambda: ebpf_all_in_so_far(out), what=EVERY_PROGRAM, missing=ANY_MISSING)
     else:
         wait_for(lambda: samples_so_far(out) > 0 or sidecar.poll() is not None, 60, what="first samples")
     assert sidecar.poll() is None, sidecar.communicate()[1]

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from conftest import ebpf_attached_so_far, ebpf_missing, read_trace, samples_so_far, wait_for
+from conftest import ebpf_missing, read_trace, samples_so_far, wait_for
+from ebpf_wait import wait_for_ebpf
 
 
 pytestmark = pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")
@@ -40,7 +41,7 @@ def start_recording(ruby_target, sidecar_process, tmp_path, program, *args, extr
         wait_for(lambda: samples_so_far(out) > 0 or sidecar.poll() is not None, 60, what="first samples")
     else:
         # sampling starts at once; eBPF is compiled and attached beside it: these tests are about eBPF naming
-        wait_for(lambda: ebpf_attached_so_far(out) or sidecar.poll() is not None, 120, what="eBPF attached")
+        wait_for_ebpf(sidecar, out)
     assert sidecar.poll() is None, sidecar.communicate()[1]
     return target, sidecar, out
 

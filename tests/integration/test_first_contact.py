@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from conftest import (PROGRAMS, SIDECAR, SYMBOLIZE, ebpf_attached_so_far, read_trace, ruby_cmd, ruby_env,
-                      wait_for)
+from conftest import PROGRAMS, SIDECAR, SYMBOLIZE, read_trace, ruby_cmd, ruby_env, wait_for
+from ebpf_wait import SidecarProcess, wait_for_ebpf
 from sdb_symbolize.reporters.json_lines import read_samples
 
 from test_ebpf_symbolizer import ebpf_missing
@@ -117,8 +117,7 @@ def test_two_sidecars_on_two_processes_of_one_ruby_both_name_with_ebpf(tmp_path,
                 for t, o in zip(targets, outs)]
     # WHEN both have their eBPF symbolizer attached, and each process then defines and runs methods
     for o, s in zip(outs, sidecars):
-        wait_for(lambda: ebpf_attached_so_far(o) or s.poll() is not None, 120, what="eBPF attached")
-        assert s.poll() is None, s.communicate()[1]
+        wait_for_ebpf(s, o)
     for i, t in enumerate(targets):
         (tmp_path / f"p{i}").mkdir()
         t.send(f"go {tmp_path / f'p{i}'}\n")
@@ -179,13 +178,13 @@ def uprobe_link_ids(pid) -> set:
 def test_record_leaves_no_probe_behind(tmp_path):
     # GIVEN a program under `record` whose creation probes are in (uprobe_multi links the sidecar holds)
     out = tmp_path / "trace.msgpack"
-    s = subprocess.Popen([*SIDECAR, "record", "-q", "-o", str(out), "--",
-                          *ruby_cmd(PROGRAMS / "short_work.rb", "sleep", "wait")],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         cwd=str(tmp_path), env=ruby_env())
+    s = SidecarProcess([*SIDECAR, "record", "-q", "-o", str(out), "--",
+                        *ruby_cmd(PROGRAMS / "short_work.rb", "sleep", "wait")], tmp_path / "record.stderr",
+                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=str(tmp_path), env=ruby_env())
     try:
-        links = wait_for(lambda: uprobe_link_ids(s.pid) or s.poll() is not None, 120, what="the probes' links")
-        assert s.poll() is None, s.communicate()[1]
+        wait_for_ebpf(s, out)
+        links = uprobe_link_ids(s.pid)
+        assert links, "the symbolizer is attached, but record holds no uprobe_multi link"
         # WHEN the program exits (communicate closes its stdin) and record with it
         _, err = s.communicate(timeout=120)
         assert s.returncode == 0, err

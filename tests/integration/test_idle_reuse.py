@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 
 from conftest import ebpf_all_in_so_far, kernel_view_missing, read_trace, samples_so_far, wait_for
+from ebpf_wait import ANY_MISSING, EVERY_PROGRAM, wait_for_ebpf
 
 
 def record(ruby_target, sidecar_process, tmp_path, program: str, ebpf: bool, samples: int):
@@ -27,7 +28,7 @@ def record(ruby_target, sidecar_process, tmp_path, program: str, ebpf: bool, sam
                               *([] if ebpf else ["--no-ebpf"]))
     if with_kview:
         # (on 3.1 the kernel view comes after the symbolizer: a busy machine can take seconds)
-        wait_for(lambda: ebpf_all_in_so_far(out) or sidecar.poll() is not None, 120, what="eBPF attached")
+        wait_for_ebpf(sidecar, lambda: ebpf_all_in_so_far(out), what=EVERY_PROGRAM, missing=ANY_MISSING)
     else:
         wait_for(lambda: samples_so_far(out) > 0 or sidecar.poll() is not None, 60, what="first samples")
     assert sidecar.poll() is None, sidecar.communicate()[1]

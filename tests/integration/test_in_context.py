@@ -12,7 +12,8 @@ import signal
 
 import pytest
 
-from conftest import ebpf_attached_so_far, ebpf_missing, read_trace, samples_so_far, wait_for
+from conftest import ebpf_missing, read_trace, samples_so_far, wait_for
+from ebpf_wait import wait_for_ebpf
 from sdb_symbolize.labels import LABELS_RUBY
 from sdb_symbolize.resolve import Resolver
 from sdb_trace import iter_samples
@@ -32,8 +33,7 @@ def record_callee_share(ruby_target, sidecar_process, tmp_path, samples: int, *a
     target = ruby_target("callee_share.rb", "20", "600", "sdb")
     trace = tmp_path / "trace.msgpack"
     sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(trace), "--duration", "600", "-q", *args)
-    wait_for(lambda: ebpf_attached_so_far(trace) or sidecar.poll() is not None, 300, what="eBPF attached")
-    assert sidecar.poll() is None, sidecar.communicate()[1]
+    wait_for_ebpf(sidecar, trace)
     n0 = samples_so_far(trace)
     wait_for(lambda: samples_so_far(trace) >= n0 + samples or sidecar.poll() is not None, 300,
              what=f"{samples:,} samples")

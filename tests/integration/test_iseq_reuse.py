@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from conftest import ebpf_attached_so_far, read_trace, wait_for
+from conftest import read_trace
+from ebpf_wait import wait_for_ebpf
 from sdb_trace import KIND_RUBY, TraceError, iter_samples, load_tables
 
 from test_ebpf_symbolizer import ebpf_missing
@@ -49,8 +50,7 @@ def record_churn(ruby_target, sidecar_process, tmp_path, *args, until_reused: st
     out = tmp_path / "trace.msgpack"
     sidecar = sidecar_process("attach", "--pid", str(target.pid), "-o", str(out), "--duration", "600", "-q", *extra)
     # sampling starts at once; eBPF is compiled and attached beside it: these tests are about eBPF naming
-    wait_for(lambda: ebpf_attached_so_far(out) or sidecar.poll() is not None, 120, what="eBPF attached")
-    assert sidecar.poll() is None, sidecar.communicate()[1]
+    wait_for_ebpf(sidecar, out)
     target.send("go\n")
     rounds = []
     batches = 0

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import (PROGRAMS, REPO, SIDECAR, SYMBOLIZE, RubyTarget, ebpf_all_in_so_far, process_root, ruby_cmd,
                       ruby_env, samples_so_far, wait_for)
+from ebpf_wait import ANY_MISSING, EVERY_PROGRAM, wait_for_ebpf
 from sdb_trace import KIND_RUBY, SPAN_BEGIN, SPAN_END, TraceError, TraceReader, load_tables
 
 SPAN_REQUEST = 1         # a span's kind: a request (docs/trace-format.md)
@@ -89,12 +90,18 @@ class Tree:
         self.children[name]["end"] = sent
 
 
-def wait_recorded(out, pid: int, samples: int = 1, ebpf: bool = False) -> None:
+def wait_recorded(out, pid: int, samples: int = 1, ebpf=None) -> None:
+    """Until the trace holds `samples` samples of process pid, and with `ebpf` (the sidecar) its
+    ebpf_attached record: that waits for the compile (ebpf_wait.wait_for_ebpf)."""
     def done():
         p = processes_so_far(out).get(pid, {})
         return p.get("samples", 0) >= samples and (not ebpf or p["ebpf"])
     # each look reads the whole trace so far: twice a second is plenty
-    wait_for(done, 180, interval=0.5, what=f"process {pid} recorded ({samples} samples{', eBPF attached' if ebpf else ''})")
+    what = f"process {pid} recorded ({samples} samples{', eBPF attached' if ebpf else ''})"
+    if ebpf:
+        wait_for_ebpf(ebpf, done, what=what, interval=0.5)
+    else:
+        wait_for(done, 180, interval=0.5, what=what)
 
 
 def labels_by_pid(path) -> Dict[int, set]:
@@ -178,11 +185,11 @@ def test_one_ebpf_program_names_what_each_child_creates(ruby_target, sidecar_pro
     tree = Tree(ruby_target("forking_tree.rb"))
     out = tmp_path / "tree.msgpack"
     sidecar = sidecar_process("attach", "--pid", str(tree.t.pid), "-o", str(out), "-d", "600", "-q")
-    wait_recorded(out, tree.t.pid, 1, ebpf=True)
+    wait_recorded(out, tree.t.pid, 1, ebpf=sidecar)
     # WHEN two children are forked, each attached, then each defines its method (its ISeq born there)
     for name in ("a", "b"):
         c = tree.fork(name)
-        wait_recorded(out, c["pid"], 1, ebpf=True)
+        wait_recorded(out, c["pid"], 1, ebpf=sidecar)
         tree.go(name)
         wait_recorded(out, c["pid"], 500)
     sidecar.send_signal(2)
@@ -251,11 +258,12 @@ def test_a_long_recording_lets_the_processes_that_ended_go(ruby_target, sidecar_
     tree = Tree(ruby_target("forking_tree.rb"))
     out = tmp_path / "many.msgpack"
     sidecar = sidecar_process("attach", "--pid", str(tree.t.pid), "-o", str(out), "-d", "600", "-q")
-    wait_recorded(out, tree.t.pid, 1, ebpf=not ebpf_missing())
+    wait_recorded(out, tree.t.pid, 1, ebpf=sidecar if not ebpf_missing() else None)
     # (every eBPF program in first: on 3.1 the kernel view comes after the symbolizer, and its maps
     # are descriptors of the sidecar's that stay)
     if not ebpf_missing():
-        wait_for(lambda: ebpf_all_in_so_far(out), 180, interval=0.5, what="every eBPF program in")
+        wait_for_ebpf(sidecar, lambda: ebpf_all_in_so_far(out), what=EVERY_PROGRAM, missing=ANY_MISSING,
+                      interval=0.5)
 
     def fds() -> int:
         return len(os.listdir(f"/proc/{sidecar.pid}/fd"))

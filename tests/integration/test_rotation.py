@@ -10,6 +10,7 @@ import time
 import pytest
 
 from conftest import REPO, SYMBOLIZE, samples_so_far, wait_for
+from ebpf_wait import wait_for_ebpf
 from sdb_trace import has_record, load_tables
 from test_ebpf_symbolizer import ebpf_missing
 
@@ -100,7 +101,7 @@ def test_with_ebpf_a_later_file_restates_the_names_it_proves_still_hold(ruby_tar
         files = files_of(stem)
         first = next((k for k, f in enumerate(files) if has_record(f, "ebpf_attached")), None)
         return first is not None and len(files) >= first + 3
-    wait_for(attached_then_two_more, 180, interval=0.5, what="eBPF attached and two more files")
+    wait_for_ebpf(p, attached_then_two_more, what="eBPF attached and two more files", interval=0.5)
     p.send_signal(2)
     _, err = p.communicate(timeout=120)
     assert p.returncode == 0, err

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ebpf_missing, REPO, wait_for
+from conftest import ebpf_missing, REPO
+from ebpf_wait import wait_for_ebpf
 
 pytestmark = pytest.mark.once
 
@@ -66,8 +67,8 @@ def test_a_wheel_in_a_clean_virtualenv_records_with_ebpf_and_symbolizes(tmp_path
                                     "-o", str(trace), "--quiet"], cwd=str(tmp_path), stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, stderr=err)
     try:
-        wait_for(lambda: ebpf_names_so_far(py, trace) >= 10 or sidecar.poll() is not None, 180, 0.5,
-                 "ISeqs named by eBPF in the trace")
+        wait_for_ebpf(sidecar, lambda: ebpf_names_so_far(py, trace) >= 10, what="10 ISeqs named by eBPF in the trace",
+                      stderr=lambda: (tmp_path / "sidecar.stderr").read_text(), interval=0.5)
         assert sidecar.poll() is None, (tmp_path / "sidecar.stderr").read_text()
         sidecar.send_signal(signal.SIGINT)
         assert sidecar.wait(60) == 0, (tmp_path / "sidecar.stderr").read_text()
