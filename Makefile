@@ -68,8 +68,9 @@ $(STAMPS)/npm: Makefile $(STAMPS)/machine
 demo: setup
 	$(PY) examples/demo.py --ruby $(RUBY) --gem-home $(GEM_HOME_DIR)
 
-# The Rubies under test: Debian's 3.1 and 3.3/3.4 built from Debian's sources (cached in
-# /var/cache/sdb), each with the gem installed as a user installs it. One line each: version path.
+# The Rubies under test: Debian's 3.1, 3.3/3.4 built from Debian's sources and 4.0 from a tarball
+# (cached in /var/cache/sdb), each with the gem installed as a user installs it. One line each:
+# version path.
 # Also the configured source tree of Debian's 3.1 (not built) that scripts/gen-layouts reads.
 RUBIES_LIST := $(BUILD)/rubies.txt
 .PHONY: rubies check-ruby-build-env
@@ -89,17 +90,31 @@ layouts:
 check-ruby-build-env:
 	scripts/rubies --check-make-env
 
-# The gem's own tests, then the suite on every Ruby (on those with YJIT, again with --yjit); tests
-# marked `once` (outputs, commands, the benchmark smoke run, the real-program check on Debian's
-# rubocop and asciidoctor: nothing Ruby-version-specific) run once, with Debian's Ruby.
+# Which tests run on which Ruby (build/rubies.txt: Debian's 3.1, then what scripts/rubies builds):
+#  - FULL_SUITE_RUBIES (the newest Ruby sdb supports): the whole suite (all but `once`), with and
+#    without YJIT;
+#  - every other Ruby: the tests marked `every_ruby` (what reads structures that change with the
+#    Ruby version: names, lines, threads, GC, the JIT's frames, eBPF probes), under the interpreter;
+#    YJIT is tested there by test_yjit.py, which records the same program with and without --yjit;
+#  - every Ruby: the gem's own tests;
+#  - once, with Debian's Ruby: the tests marked `once` (outputs, commands, the benchmark smoke run,
+#    the real-program check on Debian's rubocop and asciidoctor: nothing Ruby-version-specific).
+# CI's limit is 90 min: this matrix is sized for at most 80 cold (the Rubies built) and 50 warm
+# (benchmarks/RESULTS.md, "make test: which suite on which Ruby").
+FULL_SUITE_RUBIES ?= 4.0.5
 test: setup rubies $(STAMPS)/npm
 	@set -e; while read -r version ruby; do \
 	  echo "== gem tests, Ruby $$version ($$ruby)"; \
 	  RUBY=$$ruby rake -f Rakefile test; \
-	  for args in "" "--yjit"; do \
+	  case " $(FULL_SUITE_RUBIES) " in \
+	    *" $$version "*) what="suite"; marks="not once"; modes="interpreter yjit";; \
+	    *) what="version-specific tests"; marks="every_ruby and not once"; modes="interpreter";; \
+	  esac; \
+	  for mode in $$modes; do \
+	    args=; if [ $$mode = yjit ]; then args=--yjit; fi; \
 	    if [ -n "$$args" ] && ! $$ruby --yjit -e 'exit(defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled? ? 0 : 1)' 2>/dev/null; then continue; fi; \
-	    echo "== suite, Ruby $$version $$args"; \
-	    SDB_RUBY=$$ruby SDB_RUBY_ARGS="$$args" SDB_GEM_HOME= $(PY) -m pytest -q -rs -m "not once" tests </dev/null; \
+	    echo "== $$what, Ruby $$version $$args"; \
+	    SDB_RUBY=$$ruby SDB_RUBY_ARGS="$$args" SDB_GEM_HOME= $(PY) -m pytest -q -rs -m "$$marks" tests </dev/null; \
 	  done; \
 	done < $(RUBIES_LIST)
 	@echo "== suite, Ruby-independent tests (once, Debian's Ruby)"

@@ -9,7 +9,7 @@ import pytest
 from conftest import ebpf_attached_so_far, ebpf_missing, read_trace, samples_so_far, wait_for
 
 
-pytestmark = pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")
+pytestmark = [pytest.mark.every_ruby, pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")]
 
 
 def mapped_files(pid: int) -> set:
