@@ -21,6 +21,8 @@ from sdb_symbolize.resolve import Resolver
 from sdb_symbolize.labels import LABELS_RUBY
 from sdb_trace import iter_samples
 
+pytestmark = pytest.mark.every_ruby
+
 MAGIC_MASK, MAGIC_CFUNC = 0x7fff0001, 0x55550001      # an env's frame magic (vm_core.h)
 
 # callee -> the one caller it has in the program

@@ -4,11 +4,15 @@ file of the program or an eval's name. SDB_COMPACT_SECONDS sets how long it is r
 the hardening check was three runs of 30 s in a row)."""
 from __future__ import annotations
 
+import pytest
+
 import os
 import signal
 import time
 
 from conftest import PROGRAMS, read_trace, samples_so_far, wait_for
+
+pytestmark = pytest.mark.every_ruby
 
 SECONDS = float(os.environ.get("SDB_COMPACT_SECONDS", "5"))
 

@@ -10,7 +10,7 @@ from conftest import ebpf_missing, read_trace, samples_so_far, wait_for
 from ebpf_wait import wait_for_ebpf
 
 
-pytestmark = pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")
+pytestmark = [pytest.mark.every_ruby, pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")]
 
 
 def mapped_files(pid: int) -> set:

@@ -4,7 +4,11 @@ it. Before, every read of such a stack was dropped as torn: a Sidekiq job (Proce
 its blocks to methods taking &block) was never sampled."""
 from __future__ import annotations
 
+import pytest
+
 from conftest import read_trace, record_program
+
+pytestmark = pytest.mark.every_ruby
 
 
 def test_a_stack_under_a_method_whose_env_escaped_is_sampled_and_not_torn(tmp_path):

@@ -14,6 +14,8 @@ from sdb_symbolize.reporters.json_lines import read_samples
 
 from test_ebpf_symbolizer import ebpf_missing
 
+pytestmark = pytest.mark.every_ruby
+
 UNNAMED = ("(C function)", "(unknown")
 
 

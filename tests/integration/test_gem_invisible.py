@@ -16,6 +16,8 @@ import pytest
 
 from conftest import PROGRAMS, SDB_RUBY, SDB_RUBY_ARGS, ruby_env
 
+pytestmark = pytest.mark.every_ruby
+
 MODES = {"without sdb": ([], {}), "-rsdb": (["-rsdb"], {}), "require mid-program": ([], {"INVISIBLE_LATE_REQUIRE": "1"})}
 
 

@@ -7,11 +7,14 @@ collection)` frame (kind 4) on top of the stack of the thread holding the GVL wh
 (docs/internals.md, "GC: the `(garbage collection)` frame")."""
 from __future__ import annotations
 
+import pytest
 
 from conftest import run_sidecar
 from sdb_symbolize.resolve import Resolver
 from sdb_symbolize.labels import GC_LABEL
 from sdb_trace import KIND_GC, iter_samples, load_tables
+
+pytestmark = pytest.mark.every_ruby
 
 
 def record(ruby_target, tmp_path, mode: str):

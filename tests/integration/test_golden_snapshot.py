@@ -34,6 +34,8 @@ from sdb_symbolize.reporters.json_lines import read_samples
 from sdb_symbolize.resolve import Resolver
 from sdb_trace import iter_samples, load_tables
 
+pytestmark = pytest.mark.every_ruby
+
 PREFIX = re.compile(r"^((?:block|rescue|ensure)(?: \(\d+ levels\))? in )")
 PARKED = ["sleep", "queue", "mutex", "select", "zoo", "required", "svar"]
 MOVING = ["busy", "recursion"]

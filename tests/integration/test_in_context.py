@@ -19,7 +19,7 @@ from sdb_symbolize.resolve import Resolver
 from sdb_trace import iter_samples
 
 
-pytestmark = pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")
+pytestmark = [pytest.mark.every_ruby, pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")]
 STACKS = {("<main>", "Object#caller_of"), ("<main>", "Object#caller_of", "Object#callee"),
           ("<main>",), ("<main>", "Process.clock_gettime")}     # every stack callee_share.rb has
 

@@ -13,7 +13,7 @@ from sdb_trace import KIND_RUBY, TraceError, iter_samples, load_tables
 
 from test_ebpf_symbolizer import ebpf_missing
 
-pytestmark = pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")
+pytestmark = [pytest.mark.every_ruby, pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")]
 
 
 MAX_BATCHES = 8     # of 5 rounds; without YJIT an address is reused within the first one

@@ -7,10 +7,14 @@ function's entry, or stack values. Sampled so, the method's frames read without 
 of the ISeq lent its entry; such a read is torn and read again."""
 from __future__ import annotations
 
+import pytest
+
 import collections
 
 from conftest import read_trace, samples_so_far, wait_for
 from sdb_trace import ISEQ_TYPE_METHOD, KIND_RUBY, METHOD_ISEQ, iter_samples
+
+pytestmark = pytest.mark.every_ruby
 
 METHODS = ("down", "work", "brief")
 

@@ -21,6 +21,8 @@ from sdb_trace import KIND_RUBY, SPAN_BEGIN, SPAN_END, TraceError, TraceReader, 
 SPAN_REQUEST = 1         # a span's kind: a request (docs/trace-format.md)
 from test_ebpf_symbolizer import ebpf_missing
 
+pytestmark = pytest.mark.every_ruby
+
 RATE = 1000
 CHILD_SAMPLES = 3000        # each child is recorded at least this long (3 s at 1 kHz) before the checks
 SHARE = 0.9                 # of the samples its life asked for, at least

@@ -13,6 +13,8 @@ import pytest
 from conftest import (PROGRAMS, REPO, SDB_RUBY, SIDECAR, ruby_cmd, RubyTarget, read_registry, read_trace, ruby_env,
                       wait_for)
 
+pytestmark = pytest.mark.every_ruby
+
 DURATION_S = 5
 RUBY_VERSION = tuple(int(x) for x in subprocess.run([SDB_RUBY, "-e", "print RUBY_VERSION"], capture_output=True,
                                                     text=True, check=True).stdout.split(".")[:2])

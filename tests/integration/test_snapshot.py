@@ -9,6 +9,8 @@ import pytest
 
 from conftest import PROGRAMS, ready_info, run_sidecar
 
+pytestmark = pytest.mark.every_ruby
+
 
 @pytest.fixture
 def parked(ruby_target, tmp_path):

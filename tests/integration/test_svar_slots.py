@@ -5,12 +5,16 @@ after another's (`Alpha#initialize` running `Beta#initialize`), or left a method
 remembered slot without its class."""
 from __future__ import annotations
 
+import pytest
+
 import collections
 
 from conftest import read_trace, samples_so_far, wait_for
 from sdb_symbolize.resolve import Resolver
 from sdb_symbolize.labels import LABELS_RUBY
 from sdb_trace import iter_samples
+
+pytestmark = pytest.mark.every_ruby
 
 # each method's lines in svar_slots.rb: a frame's line (from its ISeq and pc) says which method it runs
 LINES = {"Alpha#initialize": range(10, 15), "Beta#initialize": range(18, 23), "Object#make_alpha": (25,),

@@ -5,12 +5,16 @@ reads the thread's VM status (blocked when sleeping, in IO, a lock or a queue) a
 threads, the kernel's view (running or waiting for the GVL)."""
 from __future__ import annotations
 
+import pytest
+
 from collections import Counter, defaultdict
 
 import subprocess
 
 from conftest import SYMBOLIZE, read_trace, ruby_version, run_sidecar
 from sdb_trace import STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING
+
+pytestmark = pytest.mark.every_ruby
 
 
 def states_by_thread(trace) -> dict:

@@ -20,7 +20,7 @@ def yjit_available() -> bool:
     return r.returncode == 0
 
 
-pytestmark = pytest.mark.skipif(not yjit_available(), reason=f"{SDB_RUBY} has no YJIT compiled in")
+pytestmark = [pytest.mark.every_ruby, pytest.mark.skipif(not yjit_available(), reason=f"{SDB_RUBY} has no YJIT compiled in")]
 
 # tests/programs/thread_states.rb: `def spin(n) = n + 1` on line 8, busy_loop on lines 10-13
 METHOD_LINES = {"spin": range(8, 9), "busy_loop": range(10, 14)}
