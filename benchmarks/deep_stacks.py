@@ -1,62 +1,105 @@
 """deep_stacks: `sdb-symbolize` on a trace of 10,000-deep recursion, every format: peak RSS (wait4's
 rusage of the child), wall time and output size, against the size of `collapsed --no-lines`.
 Issue #16's budget: at most 1 GB peak RSS per format; no format over 10x collapsed-without-lines.
+Issue #44's: flamegraph and firefox at most 300 MB on 100,000 samples, on either shape.
 
-The trace is written with sdb_trace.TraceWriter as the sidecar writes one, shaped like issue #16's
-recording (208,689 samples, 6,126 distinct stacks): one thread recursing down to 10,000 frames and
-back, sampled at 1 kHz; stacks are `<main>`, then `Object#recurse` at its call line d-1 times, then
-`Object#recurse` at its leaf line and a C function (`Integer#times`) on top.
+Two shapes of trace, written with sdb_trace.TraceWriter as the sidecar writes one; one thread
+recursing down to 10,000 frames and back, sampled at 1 kHz, stacks `<main>`, then `Object#recurse`
+at its call line for each level, then `Object#recurse` at its leaf line and a C function
+(`Integer#times`) on top:
+- `full` (issue #16's recording: 208,689 samples, 6,126 distinct stacks): recorded with
+  --max-depth 20000, every frame kept; each level calls from the same line, so the stacks share
+  their prefixes (the flame graph is a chain of 10,000 nodes with 6,126 leaves).
+- `windows` (issue #44's: 2,769 distinct depths): recorded with the default --max-depth 2048, a
+  stack deeper keeps its innermost 2,048 frames under a `(truncated)` root; each level calls from
+  one of two lines (a seeded random choice per level, as a recursion whose branch depends on its
+  data), so the windows of different depths share nothing below the root: as many tree nodes as
+  frames in the distinct stacks.
 
-    .venv/bin/python benchmarks/deep_stacks.py [--formats collapsed,json] [--samples N]
-Writes benchmarks/results/deep_stacks.json and prints a table."""
+    .venv/bin/python benchmarks/deep_stacks.py [--formats collapsed,json] [--samples N] [--shape windows] [--runs N]
+Writes benchmarks/results/deep_stacks[-windows].json and prints a table (medians, min-max over the runs;
+the formats run interleaved, run by run)."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import platform
+import random
 import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import common  # noqa: E402
+
 FORMATS = ["collapsed", "summary", "summary-by-line", "pprof", "speedscope", "flamegraph", "firefox", "json"]
 MAX_DEPTH = 10_000
-DISTINCT = 6_126
-SAMPLES = 208_689
+SHAPES = {   # shape -> (distinct depths, samples by default, frames the sampler keeps)
+    "full": (6_126, 208_689, 20_000),
+    "windows": (2_769, 101_501, 2_048),
+}
 BUDGET_BYTES = 1 << 30
 
 
-def make_trace(path: str, samples: int = SAMPLES) -> None:
-    from sdb_trace import KIND_CFUNC, KIND_RUBY, TraceWriter
+def stacks_of(shape: str):
+    """The distinct stacks (frame ids, leaf first, as the sidecar writes them) and, for each
+    depth sampled, its stack's id. Frames: 0 `<main>`, 1 and 4 `recurse` at its two call lines,
+    2 `recurse` at its leaf line, 3 `Integer#times`, 5 `(truncated)`."""
+    distinct, _, keep = SHAPES[shape]
+    depths = sorted({1 + (MAX_DEPTH - 1) * i // (distinct - 1) for i in range(distinct)})
+    rnd = random.Random(44)
+    call = [1 if shape == "full" or rnd.random() < 0.5 else 4 for _ in range(MAX_DEPTH)]   # level -> frame
+    stacks, ids, sid_of_depth = [], {}, []
+    for d in depths:
+        st = [3, 2] + call[:d - 1][::-1] + [0]
+        if len(st) > keep:
+            st = st[:keep] + [5]
+        key = tuple(st)
+        if key not in ids:
+            ids[key] = len(stacks)
+            stacks.append(st)
+        sid_of_depth.append(ids[key])
+    return stacks, sid_of_depth
+
+
+def make_trace(path: str, samples: int, shape: str = "full") -> int:
+    """Writes the trace; returns its number of distinct stacks."""
+    from sdb_trace import KIND_CFUNC, KIND_RUBY, KIND_TRUNCATED, TraceWriter
     start = 1_000_000_000
-    # the distinct depths: spread over 1..10,000, the deepest included
-    depths = sorted({1 + (MAX_DEPTH - 1) * i // (DISTINCT - 1) for i in range(DISTINCT)})
+    stacks, sid_of_depth = stacks_of(shape)
     with open(path, "wb") as f:
         w = TraceWriter(f, {"pid": 4242, "ruby": "3.1.2", "ruby_description": "synthetic", "layout": "3.1",
                             "rate_hz": 1000, "start_mono_ns": start, "start_wall_ns": 0, "hostname": "bench",
-                            "sdb_version": "bench", "command": ["ruby", "recursion.rb"], "max_depth": 20_000})
+                            "sdb_version": "bench", "command": ["ruby", "recursion.rb"],
+                            "max_depth": SHAPES[shape][2]})
         w.thread(1, 4242, "", start, 3, start)
         w.iseq(0x1000, "<main>", "<main>", "recursion.rb", None, 1, 0, start)
         w.iseq(0x2000, "recurse", "recurse", "recursion.rb", None, 2, 1, start)
         w.method(0xa0, "recurse", 0, "Object", False, start)
         w.method(0xb0, "times", 1, "Integer", False, start)
-        # frames: 0 <main> line 9, 1 recurse at its call (line 4), 2 recurse at its leaf (line 3), 3 Integer#times
-        w.frames(0, [KIND_RUBY, KIND_RUBY, KIND_RUBY, KIND_CFUNC], [0x1000, 0x2000, 0x2000, 0], [1, 2, 3, 0],
-                 [0, 0xa0, 0xa0, 0xb0], [9, 4, 3, 0])
-        for first in range(0, len(depths), 256):
-            w.stacks(first, [[3, 2] + [1] * (d - 1) + [0] for d in depths[first:first + 256]])
+        # frames: 0 <main> line 9, 1 recurse at a call (line 4), 2 recurse at its leaf (line 3), 3 Integer#times,
+        # 4 recurse at its other call (line 6), 5 the sampler's truncation marker
+        frames = ([KIND_RUBY, KIND_RUBY, KIND_RUBY, KIND_CFUNC, KIND_RUBY, KIND_TRUNCATED],
+                  [0x1000, 0x2000, 0x2000, 0, 0x2000, 0], [1, 2, 3, 0, 5, 0], [0, 0xa0, 0xa0, 0xb0, 0xa0, 0],
+                  [9, 4, 3, 0, 6, 0])
+        w.frames(0, *[column[:4] if shape == "full" else column for column in frames])   # full: issue #16's trace
+        for first in range(0, len(stacks), 256):
+            w.stacks(first, stacks[first:first + 256])
         # down and up again, one sample a millisecond
-        order = list(range(len(depths))) + list(range(len(depths) - 1, -1, -1))
+        order = list(range(len(sid_of_depth))) + list(range(len(sid_of_depth) - 1, -1, -1))
         t, n = 0, 0
         while n < samples:
             k = min(1000, samples - n)
-            sids = [order[(n + i) % len(order)] for i in range(k)]
+            sids = [sid_of_depth[order[(n + i) % len(order)]] for i in range(k)]
             w.samples(start + t, [i * 1_000_000 for i in range(k)], [1] * k, sids, [1] * k)
             t += k * 1_000_000
             n += k
         w.end(at_ns=start + t, reason="duration", ticks=samples, late=0, missed=0, samples=samples, torn=0,
               retried=0, reused=0, errors=0, threads=1, symbol_errors=0, ebpf=None)
+    return len(stacks)
 
 
 def run_one(trace: str, fmt: str, out: str, *extra: str) -> dict:
@@ -75,32 +118,55 @@ def run_one(trace: str, fmt: str, out: str, *extra: str) -> dict:
             "output_bytes": size, "stderr": err.strip()[-300:]}
 
 
+def machine() -> dict:
+    return {"cpu": common._cpu_model(), "cores": os.cpu_count(), "kernel": platform.release(),
+            "python": platform.python_version(), "commit": common.git_commit(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--formats", default=",".join(FORMATS))
-    ap.add_argument("--samples", type=int, default=SAMPLES)
-    ap.add_argument("--results", default=os.path.join(HERE, "results", "deep_stacks.json"))
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="full")
+    ap.add_argument("--samples", type=int, default=0, help="default: the shape's recording's")
+    ap.add_argument("--runs", type=int, default=1, help="runs of each format, interleaved (default 1)")
+    ap.add_argument("--results", default="", help="default benchmarks/results/deep_stacks[-SHAPE].json")
     args = ap.parse_args()
+    samples = args.samples or SHAPES[args.shape][1]
+    results = args.results or os.path.join(HERE, "results", "deep_stacks" +
+                                           ("" if args.shape == "full" else f"-{args.shape}") + ".json")
     tmp = tempfile.mkdtemp(prefix="sdb-deep-")
     trace = os.path.join(tmp, "deep.msgpack")
-    make_trace(trace, args.samples)
+    distinct = make_trace(trace, samples, args.shape)
     out = os.path.join(tmp, "out")
-    rows = [run_one(trace, "collapsed", out, "--no-lines")]
-    ref = rows[0]["output_bytes"] or 1
-    for fmt in args.formats.split(","):
-        rows.append(run_one(trace, fmt, out))
-    print(f"trace: {os.path.getsize(trace):,} bytes, {args.samples:,} samples, {DISTINCT:,} stacks up to "
-          f"{MAX_DEPTH:,} frames deep")
-    print(f"{'format':<22} {'exit':>4} {'peak RSS MiB':>12} {'seconds':>8} {'output MiB':>11} {'x collapsed-no-lines':>21}")
-    for r in rows:
-        r["vs_collapsed_no_lines"] = round(r["output_bytes"] / ref, 2)
-        r["within_budget"] = r["peak_rss_bytes"] <= BUDGET_BYTES and r["vs_collapsed_no_lines"] <= 10
-        print(f"{r['format']:<22} {r['exit']:>4} {r['peak_rss_bytes'] / 2**20:>12.0f} {r['seconds']:>8.1f} "
-              f"{r['output_bytes'] / 2**20:>11.1f} {r['vs_collapsed_no_lines']:>21.2f}")
-    os.makedirs(os.path.dirname(args.results), exist_ok=True)
-    with open(args.results, "w") as f:
-        json.dump({"benchmark": "deep_stacks", "samples": args.samples, "distinct_stacks": DISTINCT,
-                   "max_depth": MAX_DEPTH, "trace_bytes": os.path.getsize(trace), "rows": rows}, f, indent=1)
+    ref_row = run_one(trace, "collapsed", out, "--no-lines")
+    ref = ref_row["output_bytes"] or 1
+    formats = args.formats.split(",")
+    runs = {fmt: [] for fmt in formats}
+    for _ in range(args.runs):
+        for fmt in formats:
+            runs[fmt].append(run_one(trace, fmt, out))
+    print(f"trace ({args.shape}): {os.path.getsize(trace):,} bytes, {samples:,} samples, {distinct:,} stacks up to "
+          f"{MAX_DEPTH:,} frames deep, the sampler keeping {SHAPES[args.shape][2]:,}; {args.runs} run(s)")
+    print(f"{'format':<22} {'exit':>4} {'peak RSS MiB':>18} {'seconds':>20} {'output MiB':>11} "
+          f"{'x collapsed-no-lines':>21}")
+    rows = []
+    for name, rs in [("collapsed --no-lines", [ref_row])] + [(fmt, runs[fmt]) for fmt in formats]:
+        rss = common.summary([r["peak_rss_bytes"] / 2**20 for r in rs])
+        secs = common.summary([r["seconds"] for r in rs])
+        row = {"format": name, "exit": max(r["exit"] for r in rs), "peak_rss_mib": rss, "seconds": secs,
+               "output_bytes": rs[-1]["output_bytes"], "vs_collapsed_no_lines": round(rs[-1]["output_bytes"] / ref, 2),
+               "stderr": [r["stderr"] for r in rs if r["stderr"]][:1], "runs": rs}
+        row["within_budget"] = rss["max"] * 2**20 <= BUDGET_BYTES and row["vs_collapsed_no_lines"] <= 10
+        rows.append(row)
+        print(f"{name:<22} {row['exit']:>4} {common.fmt(rss, 0):>18} {common.fmt(secs, 1):>20} "
+              f"{row['output_bytes'] / 2**20:>11.1f} {row['vs_collapsed_no_lines']:>21.2f}")
+    os.makedirs(os.path.dirname(results), exist_ok=True)
+    with open(results, "w") as f:
+        json.dump({"benchmark": "deep_stacks", "shape": args.shape, "samples": samples, "distinct_stacks": distinct,
+                   "max_depth": MAX_DEPTH, "sampler_max_depth": SHAPES[args.shape][2],
+                   "trace_bytes": os.path.getsize(trace), "runs": args.runs, "machine": machine(), "rows": rows},
+                  f, indent=1)
     os.unlink(trace)
     os.rmdir(tmp)
     return 0 if all(r["exit"] == 0 for r in rows) else 1

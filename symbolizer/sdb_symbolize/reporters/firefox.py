@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+from array import array
+from itertools import repeat
 from typing import IO, Dict, List
 
 from sdb_trace import PROC_SHIFT, SPAN_KINDS, STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING, STATE_UNKNOWN
@@ -10,6 +12,7 @@ from sdb_trace.output import printable_json
 from ..samples import endpoint_name
 from .base import Reporter
 from .columns import Column
+from .prefixes import StackTable
 
 # The Firefox Profiler's processed format, version 47 (the viewer upgrades it on load): the fields
 # are those of its src/types/profile.js at that version. Thread states are the categories.
@@ -25,6 +28,7 @@ CATEGORIES = [  # index = category; the first grey one is the default
 ]
 STATE_CATEGORY = {STATE_RUNNING: 1, STATE_GVL_WAIT: 2, STATE_BLOCKED: 3, STATE_UNKNOWN: 4}
 UNIT_CATEGORY = 5
+STACK_CHUNK = 1 << 14   # stack table entries written at a time
 
 # Requests, jobs and Sdb.label blocks are interval markers on their thread's track, of one marker
 # type (the schema of the format's version 47: fields under "data", each with key, label, format).
@@ -58,10 +62,10 @@ class _Thread:
         self.funcs: List[tuple] = []            # (name, file, first line, is Ruby)
         self.frame_ids: Dict[object, int] = {}
         self.frames: List[tuple] = []           # (func, line, category or None)
-        self.stack_ids: Dict[tuple, int] = {}   # (prefix, frame, category) -> stack index
-        self.stack_rows: List[tuple] = []       # (prefix, frame, category)
+        self.frame_of: Dict[int, int] = {}      # id(Frame) -> frame index, for frames without a category
+        self.pinned: List[object] = []          # those Frames (an id is theirs while they live)
+        self.stack_table = StackTable()
         self.leaf: Dict[tuple, int] = {}        # (Stack.id, state) -> stack index (-1: empty)
-        self.frames_of: Dict[int, List[int]] = {}  # Stack.id -> frame indexes, root first
         self.times = Column("d")
         self.stacks = Column("l")
         self.markers: List[tuple] = []          # (name, start ms, end ms, phase, data)
@@ -93,19 +97,18 @@ class _Thread:
         key = (stack.id, state)
         i = self.leaf.get(key)
         if i is None:
-            cat = STATE_CATEGORY.get(state, 4)
-            frames = self.frames_of.get(stack.id)
-            if frames is None:
-                frames = self.frames_of[stack.id] = [self.frame(f) for f in stack.frames[1:]]
             i = -1
             if stack.frames:
-                for fr in [self.frame(stack.frames[0], cat)] + frames:
-                    row = (i if i >= 0 else None, fr, cat)
-                    j = self.stack_ids.get(row)
-                    if j is None:
-                        j = self.stack_ids[row] = len(self.stack_rows)
-                        self.stack_rows.append(row)
-                    i = j
+                cat = STATE_CATEGORY.get(state, 4)
+                rest = stack.frames[1:]
+                known = self.frame_of
+                for fid, f in dict(zip(map(id, rest), rest)).items():   # new frames in order of first use
+                    if fid not in known:
+                        known[fid] = self.frame(f)
+                        self.pinned.append(f)
+                path = array("I", [self.frame(stack.frames[0], cat)])
+                path.extend(map(known.__getitem__, map(id, rest)))
+                i = self.stack_table.add(path, cat)
             self.leaf[key] = i
         return i
 
@@ -169,7 +172,7 @@ class FirefoxReporter(Reporter):
         pid = str(pr.pid if pr is not None else h.get("pid", 0))
         process_name = " ".join(pr.command if pr is not None else h.get("command") or []) or "ruby"
         ended = self._ms(pr.end_ns) if pr is not None and pr.end_ns is not None else None
-        n_f, n_fr, n_st = len(th.funcs), len(th.frames), len(th.stack_rows)
+        n_f, n_fr = len(th.funcs), len(th.frames)
         return {
             "processType": "default", "processName": process_name,
             "processStartupTime": self._ms(pr.start_ns) or 0 if pr is not None else 0,
@@ -181,8 +184,7 @@ class FirefoxReporter(Reporter):
                         "startTime": [m[1] for m in th.markers], "endTime": [m[2] for m in th.markers],
                         "phase": [m[3] for m in th.markers], "category": [UNIT_CATEGORY] * len(th.markers),
                         "length": len(th.markers)},
-            "stackTable": {"frame": [r[1] for r in th.stack_rows], "prefix": [r[0] for r in th.stack_rows],
-                           "category": [r[2] for r in th.stack_rows], "subcategory": [0] * n_st, "length": n_st},
+            "stackTable": None,  # written by write_stack_table, in chunks
             "frameTable": {"address": [-1] * n_fr, "inlineDepth": [0] * n_fr, "category": [f[2] for f in th.frames],
                            "subcategory": [None if f[2] is None else 0 for f in th.frames],
                            "func": [f[0] for f in th.frames],
@@ -219,8 +221,8 @@ class FirefoxReporter(Reporter):
             "libs": [], "pages": [], "counters": [],
             "threads": [],
         }
-        # everything but the sample columns through the C encoder; the columns (the only part that
-        # grows with the recording's length) streamed in chunks, so memory stays flat
+        # everything but the sample columns and the stack table through the C encoder; those (what
+        # grows with the recording's length and with its stacks' depth) streamed in chunks
         head = printable_json(json.dumps(profile, separators=(",", ":"), ensure_ascii=False))
         assert head.endswith('"threads":[]}')
         out.write(head[:-2])
@@ -228,8 +230,11 @@ class FirefoxReporter(Reporter):
             text = printable_json(json.dumps(self.thread_json(th, end_ms), separators=(",", ":"),
                                              ensure_ascii=False))
             before, after = text.split('"samples":null', 1)
+            middle, after = after.split('"stackTable":null', 1)
             out.write(("," if k else "") + before + '"samples":')
             self.write_samples(th, out)
+            out.write(middle + '"stackTable":')
+            self.write_stack_table(th, out)
             out.write(after)
             th.times.close()
             th.stacks.close()
@@ -242,3 +247,23 @@ class FirefoxReporter(Reporter):
         out.write('],"time":[')
         th.times.write(out, repr)
         out.write(f'],"weight":null,"weightType":"samples","length":{len(th.times)}}}')
+
+    @staticmethod
+    def write_stack_table(th: _Thread, out: IO) -> None:
+        table = th.stack_table
+        n = len(table)
+
+        def column(values, text=str):
+            for i in range(0, n, STACK_CHUNK):
+                out.write(("," if i else "") + ",".join(map(text, values[i:i + STACK_CHUNK])
+                                                        if values is not None else repeat("0", min(STACK_CHUNK, n - i))))
+
+        out.write('{"frame":[')
+        column(table.frame)
+        out.write('],"prefix":[')
+        column(table.prefix, lambda p: "null" if p < 0 else str(p))
+        out.write('],"category":[')
+        column(table.category)
+        out.write('],"subcategory":[')
+        column(None)   # subcategory 0 throughout
+        out.write(f'],"length":{n}}}')
