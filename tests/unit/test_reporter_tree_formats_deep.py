@@ -12,6 +12,8 @@ from io import StringIO
 import pytest
 
 from sdb_symbolize.reporters.firefox import STATE_CATEGORY, _Thread
+from sdb_symbolize.options import ProfileOptions
+from sdb_symbolize.reporters.base import Recording
 from sdb_symbolize.reporters.flamegraph import FlamegraphReporter
 from sdb_symbolize.reporters.prefixes import StackTable
 from sdb_symbolize.resolve import Frame
@@ -70,11 +72,15 @@ def reference_flamegraph(counts):
     return strings, nodes
 
 
+def flamegraph(header):
+    return FlamegraphReporter(Recording(header), ProfileOptions(format="flamegraph"))
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_the_flame_graph_of_random_stacks_is_the_dictionary_tree(seed):
     rnd = random.Random(seed)
     threads = [_T("thread a"), _T("thread b")]
-    r = FlamegraphReporter({"pid": 1, "command": ["ruby", "x.rb"]}, None)
+    r = flamegraph({"pid": 1, "command": ["ruby", "x.rb"]})
     for i, st in enumerate(random_stacks(rnd, 60, 40)):
         r.add(rnd.choice(threads), Stack(i, st), 0, None, rnd.randrange(1, 5))
     buf = StringIO()
@@ -87,7 +93,7 @@ def test_the_flame_graph_of_random_stacks_is_the_dictionary_tree(seed):
 
 def test_a_flame_graph_of_no_samples_is_its_root_alone():
     buf = StringIO()
-    FlamegraphReporter({"pid": 1}, None).render(buf)
+    flamegraph({"pid": 1}).render(buf)
     doc = json.loads(re.search(r'type="application/json">(.*?)</script>', buf.getvalue(), re.S).group(1))
     assert doc["strings"] == ["all", ""] and doc["nodes"] == [[0, 1, 0, 0]]
 
@@ -95,7 +101,7 @@ def test_a_flame_graph_of_no_samples_is_its_root_alone():
 def test_a_command_naming_the_data_placeholder_stays_in_the_title():
     """`__DATA__` in the command is the title's text, not where the tree goes a second time."""
     buf = StringIO()
-    FlamegraphReporter({"pid": 1, "command": ["ruby", "__DATA__"]}, None).render(buf)
+    flamegraph({"pid": 1, "command": ["ruby", "__DATA__"]}).render(buf)
     page = buf.getvalue()
     assert "<title>sdb flame graph: pid 1 ruby __DATA__</title>" in page and page.count('"nodes":') == 1
 
