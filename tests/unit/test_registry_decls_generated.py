@@ -44,6 +44,19 @@ def test_every_member_of_struct_sdb_layout_is_declared_in_the_pxd_in_order():
     assert len(layout.members) > 150     # the row's facts, the reserved words, the addresses found at require
 
 
+def test_the_rows_generator_and_the_declarations_read_the_same_fields():
+    """gen.py writes the rows of sdb_layouts.h for the uint16/uint32 fields it reads from the same
+    header: every one of them, in order, is what decls.py declares (the reserved words aside)."""
+    spec = importlib.util.spec_from_file_location("sdb_layoutgen", REPO / "scripts" / "layoutgen" / "gen.py")
+    gen = importlib.util.module_from_spec(spec)
+    sys.modules["sdb_layoutgen"] = gen
+    spec.loader.exec_module(gen)
+    layout = next(s for s in decls.structs(HEADER) if s.name == "sdb_layout")
+    assert gen.layout_fields() == [m.name for m in layout.members
+                                   if m.type in ("uint16_t", "uint32_t") and not m.name.startswith("reserved")]
+    assert gen.NA == 0xFFFF      # SDB_NA as the header defines it (the gem's test reads 0xffff too)
+
+
 def test_a_member_added_to_the_header_needs_the_declarations_regenerated(tmp_path):
     # GIVEN the header with one more field in struct sdb_layout (as a new Ruby fact would add)
     header = tmp_path / "sdb_registry.h"
