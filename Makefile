@@ -23,7 +23,7 @@ help:
 	@echo "make real-check - sdb beside Ruby's own frames and stackprof on rubocop and asciidoctor (also in make test)"
 	@echo "make bench   - run the benchmarks (writes benchmarks/results/)"
 	@echo "make rubies  - build the Rubies under test (cached in /var/cache/sdb) and install the gem in each"
-	@echo "make layouts - regenerate gem/ext/sdb/sdb_layouts.h from the Rubies' source trees (scripts/gen-layouts)"
+	@echo "make layouts - regenerate gem/ext/sdb/sdb_layouts.h from the Rubies' source trees, and the sidecar's declarations of sdb_registry.h (scripts/gen-layouts)"
 
 setup: $(STAMPS)/machine $(STAMPS)/venv sampler $(STAMPS)/gem
 

@@ -8,9 +8,10 @@
  * the process (tgid) it came from.
  *   ISEQ_BODY              rb_iseq_t.body
  *   BODY_TYPE, BODY_PATHOBJ, BODY_BASE_LABEL, BODY_LABEL, BODY_FIRST_LINENO, FIRST_LINENO_FIXNUM
- *   RSTR_NOEMBED_BIT, RSTR_HEAP_LEN, RSTR_HEAP_PTR, RSTR_EMBED_LEN (0xffff: length in the flags),
+ *   RSTR_NOEMBED_BIT, RSTR_HEAP_LEN, RSTR_HEAP_PTR, RSTR_EMBED_LEN (SDB_NA: length in the flags),
  *   RSTR_EMBED_ARY, RSTR_EMBED_LEN_SHIFT, RSTR_EMBED_LEN_MASK
  *   RARY_EMBED_BIT, RARY_EMBED_LEN_SHIFT, RARY_EMBED_LEN_MASK, RARY_EMBED_ARY, RARY_HEAP_LEN, RARY_HEAP_PTR
+ *   SDB_NA                 the registry's "not available" (sdb_registry.h, through sdb_trace.registry_h)
  *
  * One program serves every function that returns a new, complete ISeq (compilers and the binary
  * loader: uretprobes) and rb_iseq_translate_threaded_code (its first argument: an entry uprobe,
@@ -48,6 +49,9 @@
 #if BODY_PATHOBJ >= 8 * BODY_WORDS || BODY_LABEL >= 8 * BODY_WORDS || BODY_BASE_LABEL >= 8 * BODY_WORDS || \
     BODY_FIRST_LINENO >= 8 * BODY_WORDS || BODY_TYPE >= 8 * BODY_WORDS || BODY_ISEQ_ENCODED >= 8 * BODY_WORDS
 #error "an ISeq body field lies past the words read"
+#endif
+#ifndef SDB_NA
+#error "SDB_NA (not available: sdb_registry.h) is passed in with the layout (ebpf.bpf_cflags)"
 #endif
 
 #define EV_NEW 1
@@ -142,7 +146,7 @@ static __always_inline void copy_string(struct event *ev, int i, u64 str, u32 *o
         len = h[(RSTR_HEAP_LEN / 8) & 3];
         ptr = h[(RSTR_HEAP_PTR / 8) & 3];
     } else {
-#if RSTR_EMBED_LEN == 0xffff
+#if RSTR_EMBED_LEN == SDB_NA
         len = (flags >> RSTR_EMBED_LEN_SHIFT) & RSTR_EMBED_LEN_MASK;
 #else
         len = h[(RSTR_EMBED_LEN / 8) & 3];

@@ -12,7 +12,9 @@ whether the suite passed on that Ruby here (`tested`); row_fields holds the gem'
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 import re
 import subprocess
 import tempfile
@@ -25,7 +27,19 @@ REPO = HERE.parent.parent
 LAYOUTS_H = REPO / "gem" / "ext" / "sdb" / "sdb_layouts.h"
 REGISTRY_H = REPO / "gem" / "ext" / "sdb" / "sdb_registry.h"
 CACHE = Path(os.environ.get("SDB_CACHE", "/var/cache/sdb"))
-NA = 0xFFFF
+
+
+def _load_decls():
+    """decls.py, the generator's other half (the sidecar's declarations of sdb_registry.h)."""
+    spec = importlib.util.spec_from_file_location("sdb_layoutgen_decls", HERE / "decls.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sdb_layoutgen_decls"] = module     # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+decls = _load_decls()
+NA = decls.constants(REGISTRY_H.read_text())["SDB_NA"]     # "not available": the header's SDB_NA
 GENERATOR = "scripts/gen-layouts"
 
 

@@ -40,7 +40,7 @@ cdef class Reads:
         self.nslots = reg.slot_count
         self.th_lo = 0
         self.th_len = 0
-        if self.L.thread_status != 0xffff and self.L.thread_status_mask != 0xffff and self.L.thread_status_shift < 8:
+        if self.L.thread_status != LAYOUT_NA and self.L.thread_status_mask != LAYOUT_NA and self.L.thread_status_shift < 8:
             self.th_lo = min(self.L.thread_ec, self.L.thread_status)
             self.th_len = max(self.L.thread_ec + 8, self.L.thread_status + 1) - self.th_lo
             if self.th_len > 128:

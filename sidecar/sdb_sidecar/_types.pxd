@@ -3,7 +3,12 @@
 # in its tables (IseqEnt, FrameEnt, StackEnt, TypeEnt), what it hands over (Gathered).
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from sdb_sidecar._encode cimport sdb_sample as SampleEnt
-from sdb_sidecar._tstate cimport sdb_tstate
+from sdb_sidecar._tstate cimport sdb_tstate, SDB_STATE_ENDED as STATE_ENDED  # the sidecar's own (tstate.h)
+# "not available" and the thread states are the registry's (sdb_registry.h: SDB_NA, SDB_STATE_*),
+# under the names the sampler's modules use
+from sdb_sidecar._registry_h cimport (SDB_NA as LAYOUT_NA, SDB_STATE_UNKNOWN as STATE_UNKNOWN,
+                                      SDB_STATE_RUNNING as STATE_RUNNING, SDB_STATE_GVL_WAIT as STATE_GVL_WAIT,
+                                      SDB_STATE_BLOCKED as STATE_BLOCKED)
 
 # Frame kinds, as in the trace (docs/trace-format.md).
 cdef enum:
@@ -16,18 +21,8 @@ cdef enum:
 # Ruby's numbers (frame magics, env flags, ISeq and imemo types) are fields of the layout row
 # (struct sdb_layout: self.L.frame_magic_cfunc, self.L.imemo_ment, ...), never written here.
 cdef enum:
-    LAYOUT_NA = 0xffff          # SDB_NA: a layout field the row does not have
-
-cdef enum:
     IMEMO_NONE = 0xffff     # the sampler's own: not an imemo (or unreadable); no imemo type is this
     ME_WALK_MAX = 64        # env levels followed at most (Ruby nests blocks far less deep)
-
-cdef enum:
-    STATE_UNKNOWN = 0
-    STATE_RUNNING = 1
-    STATE_GVL_WAIT = 2
-    STATE_BLOCKED = 3
-    STATE_ENDED = 0xfe      # the sidecar's own (never in a sample): Ruby 3.1's th->status is KILLED (tstate.h)
 
 cdef enum:
     AREA_RAW = 0

@@ -35,6 +35,8 @@ import time
 from collections import deque
 from typing import Callable, Deque, Dict, List, Optional, Tuple
 
+from sdb_trace.registry_h import SDB_NA
+
 from . import _sampler, probes, process, uprobe_link
 from .bpfload import EbpfUnavailable, _import_bcc, bpf_source, check_available, compile_bpf
 from .symbols import trace_iseq_type
@@ -47,7 +49,6 @@ _KEPT_MAPPED: List[mmap.mmap] = []     # the pause flags mapped (EbpfSymbolizer.
 __all__ = ["DEFAULT_MAX_RATE", "EbpfSymbolizer", "EbpfUnavailable", "EbpfView", "Governor", "bpf_source",
            "check_available"]
 
-NA = 0xFFFF
 EV_NEW, EV_MOVE = 1, 2
 F_TRUNCATED, F_UNREADABLE, F_NO_REALPATH, F_BASE_IS_LABEL, F_REALPATH_IS_PATH = 1, 2, 4, 8, 16
 NSTR = 4
@@ -87,6 +88,7 @@ def bpf_cflags(layout: dict) -> List[str]:
         "RB_FIXNUM_SHIFT": L["fixnum_shift"],
     }
     consts["RINGBUF_PAGES"] = RINGBUF_PAGES
+    consts["SDB_NA"] = SDB_NA                    # a layout field the row does not have
     return [f"-D{k}={int(v)}" for k, v in consts.items()]
 
 

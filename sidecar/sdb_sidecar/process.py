@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import select
 
+from sdb_trace.registry_h import SDB_REGISTRY_PREFIX
+
 _PIDFDS: dict = {}
+_REGISTRY_PREFIX = SDB_REGISTRY_PREFIX.encode()     # as /proc/PID/maps shows the registry's path
 
 
 def pidfd(pid: int) -> int:
@@ -50,7 +53,7 @@ def execd_another(pid: int, ino: int) -> bool:
     for line in data.splitlines():
         parts = line.split(None, 5)
         try:
-            if len(parts) == 6 and parts[5].startswith(b"/dev/shm/sdb-") and int(parts[4]) == ino:
+            if len(parts) == 6 and parts[5].startswith(_REGISTRY_PREFIX) and int(parts[4]) == ino:
                 return False
         except ValueError:
             continue

@@ -14,8 +14,7 @@ import struct
 from typing import Dict, Optional, Tuple
 
 from sdb_trace import ISEQ_TYPES, METHOD_TYPES
-
-NA = 0xFFFF
+from sdb_trace.registry_h import SDB_NA as NA   # a layout field the row does not have
 MAX_STRING = 64 * 1024
 MAX_ISEQ_SIZE = 1 << 22  # instruction words; larger means the ISeq was freed and its memory reused
 

@@ -7,13 +7,13 @@ import stat
 import time
 from dataclasses import dataclass
 
+from sdb_trace.registry_h import (SDB_REGISTRY_MAGIC, SDB_REGISTRY_PREFIX, SDB_REGISTRY_VERSION, SDB_STATUS_DISABLED,
+                                  SDB_STATUS_ENABLED, SDB_STATUS_STARTING)
+
 from . import _registry
 from .errors import Exit, SdbError
 
-REGISTRY_PREFIX = "/dev/shm/sdb-"
-MAGIC = b"SDBREG\0\0"
-REGISTRY_VERSION = 3
-STATUS_STARTING, STATUS_ENABLED, STATUS_DISABLED = 0, 1, 2
+MAGIC = SDB_REGISTRY_MAGIC.encode("latin-1")    # the header's 8 bytes, NULs included
 PERMISSION_HINT = ("sdb-sidecar needs CAP_SYS_PTRACE (root has it unless it was dropped, as in a container: "
                    "add it) or to run as the app's own user (with kernel.yama.ptrace_scope=1 a non-root "
                    "user may only read its own children: use `sdb-sidecar record -- CMD`)")
@@ -35,7 +35,7 @@ class Target:
 
 
 def registry_path(pid: int) -> str:
-    return f"{REGISTRY_PREFIX}{pid}"
+    return f"{SDB_REGISTRY_PREFIX}{pid}"
 
 
 @dataclass
@@ -187,9 +187,9 @@ def open_target(pid: int, wait_s: float = 2.0) -> Target:
         raise SdbError(str(e), Exit.REGISTRY_FORMAT) from None
     if reg.magic != MAGIC:
         raise SdbError(f"{path} is not an sdb registry (bad magic)", Exit.REGISTRY_FORMAT)
-    if reg.version != REGISTRY_VERSION:
+    if reg.version != SDB_REGISTRY_VERSION:
         raise SdbError(f"{path} has registry format {reg.version}; this sdb-sidecar reads format "
-                       f"{REGISTRY_VERSION}: use the sdb-sidecar that matches the app's sdb gem",
+                       f"{SDB_REGISTRY_VERSION}: use the sdb-sidecar that matches the app's sdb gem",
                        Exit.REGISTRY_FORMAT)
     try:
         reg.check()
@@ -202,15 +202,15 @@ def open_target(pid: int, wait_s: float = 2.0) -> Target:
         raise SdbError(f"no process with pid {pid}", Exit.NO_SUCH_PROCESS) from None
     if info["pid"] != place.ns_pid or info["proc_start_ticks"] != ticks:
         _no_registry(pid, path, stale=True)
-    while info["status"] == STATUS_STARTING and time.monotonic() < deadline:
+    while info["status"] == SDB_STATUS_STARTING and time.monotonic() < deadline:
         # the gem finishes starting within a few ms of creating its file: a 50 ms wait here put
         # `record`'s first sample 50 ms after the program's first line whenever it looked that early
         time.sleep(STARTING_POLL_S)
         info = reg.info
-    if info["status"] == STATUS_DISABLED:
+    if info["status"] == SDB_STATUS_DISABLED:
         raise SdbError(f"the sdb gem in process {pid} disabled itself: {info['disabled_reason']}",
                        Exit.GEM_DISABLED)
-    if info["status"] != STATUS_ENABLED:
+    if info["status"] != SDB_STATUS_ENABLED:
         raise SdbError(f"the sdb gem in process {pid} has not finished starting (status {info['status']})",
                        Exit.GEM_DISABLED)
     return Target(pid=pid, registry=reg, info=info, command=command_line(pid), registry_ino=st.st_ino,

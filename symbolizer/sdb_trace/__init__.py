@@ -41,10 +41,9 @@ ISEQ_TYPE_ENSURE = ISEQ_TYPES.index("ensure")
 METHOD_ISEQ = METHOD_TYPES.index("iseq")
 METHOD_CFUNC = METHOD_TYPES.index("cfunc")
 
-STATE_UNKNOWN = 0
-STATE_RUNNING = 1
-STATE_GVL_WAIT = 2
-STATE_BLOCKED = 3
+# A sample's thread state is the registry's (the gem's, or the sidecar's on Ruby 3.1), as written
+from .registry_h import (SDB_STATE_BLOCKED as STATE_BLOCKED, SDB_STATE_GVL_WAIT as STATE_GVL_WAIT,  # noqa: E402
+                         SDB_STATE_RUNNING as STATE_RUNNING, SDB_STATE_UNKNOWN as STATE_UNKNOWN)
 STATE_NAMES = {STATE_UNKNOWN: "unknown", STATE_RUNNING: "running",
                STATE_GVL_WAIT: "waiting for GVL", STATE_BLOCKED: "blocked"}
 

@@ -9,6 +9,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import METHOD_CFUNC, PROC_SHIFT, Corrupt, TraceError, Truncated
 from .reader import _I64, TraceReader, _kind, int_column
+from .registry_h import SDB_KIND_JOB, SDB_KIND_LABEL, SDB_KIND_REQUEST, SDB_SPAN_BEGIN, SDB_SPAN_END
 
 
 # ------------------------------------------------------------- tables + samples
@@ -223,8 +224,8 @@ def _frames(where: str, tables: "Tables", rec: dict) -> None:
     tables.frame_line.extend(line if line is not None and len(line) == n else [0] * n)
 
 
-SPAN_BEGIN, SPAN_END = 1, 2
-SPAN_KINDS = {1: "request", 2: "job", 3: "label"}
+SPAN_BEGIN, SPAN_END = SDB_SPAN_BEGIN, SDB_SPAN_END       # the registry's span events, as the sidecar copies them
+SPAN_KINDS = {SDB_KIND_REQUEST: "request", SDB_KIND_JOB: "job", SDB_KIND_LABEL: "label"}
 
 
 def _spans(where: str, tables: "Tables", rec: dict) -> None:

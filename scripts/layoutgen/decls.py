@@ -1,0 +1,191 @@
+"""The sidecar's declarations of the registry, generated from the header the gem compiles.
+
+gem/ext/sdb/sdb_registry.h is the one definition of the registry: its structs (struct sdb_layout's
+fields among them), "not available" (SDB_NA), the thread states, the span kinds, the status words.
+The sidecar must not keep copies of them by hand, so this module reads the header and writes
+
+  - sidecar/sdb_sidecar/_registry_h.pxd: the Cython declarations (`cdef extern from "sdb_registry.h"`)
+    of every struct and every integer constant, which the sampler's modules cimport; the C compiler
+    then takes every value and offset from the header itself;
+  - symbolizer/sdb_trace/registry_h.py: the constants' values for Python (the sidecar's pure-Python
+    modules, and the trace format, whose sample states and span kinds are the registry's).
+
+The header is read strictly: a struct member or a #define of a form this module does not know
+stops the generator (`DeclError`) instead of being left out. Nothing here needs a Ruby source tree.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Tuple, Union
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+REGISTRY_H = REPO / "gem" / "ext" / "sdb" / "sdb_registry.h"
+PXD = REPO / "sidecar" / "sdb_sidecar" / "_registry_h.pxd"
+PY = REPO / "symbolizer" / "sdb_trace" / "registry_h.py"
+GENERATOR = "scripts/gen-layouts"
+
+# the member types the registry may use, as Cython spells them (libc.stdint's names are C's)
+TYPES = {"char": "char", "uint8_t": "uint8_t", "uint16_t": "uint16_t", "uint32_t": "uint32_t",
+         "uint64_t": "uint64_t", "int32_t": "int32_t", "int64_t": "int64_t"}
+
+
+class DeclError(Exception):
+    """sdb_registry.h holds something this generator does not know how to declare."""
+
+
+@dataclass(frozen=True)
+class Member:
+    type: str          # a C type of TYPES, or "struct NAME"
+    name: str
+    dim: str           # "" (not an array), a number, or a constant's name
+
+
+@dataclass(frozen=True)
+class Struct:
+    name: str
+    members: Tuple[Member, ...]
+
+
+Value = Union[int, str]
+
+
+def strip_comments(text: str) -> str:
+    return re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+
+
+def constants(text: str) -> Dict[str, Value]:
+    """Every `#define SDB_...` of the header but its include guard, in order: {name: int or str}."""
+    code = strip_comments(text)
+    guard = re.search(r"^#ifndef (\w+)", code, re.M)
+    out: Dict[str, Value] = {}
+    for m in re.finditer(r"^#define (\w+)[ \t]*(.*?)[ \t]*$", code, re.M):
+        name, value = m.group(1), m.group(2)
+        if guard and name == guard.group(1):
+            continue
+        out[name] = literal(name, value)
+    return out
+
+
+def literal(name: str, value: str) -> Value:
+    """An integer literal (decimal or hex, U/L suffixes allowed) or one string literal."""
+    m = re.fullmatch(r"(0[xX][0-9a-fA-F]+|[1-9][0-9]*|0)[uUlL]*", value)
+    if m:
+        return int(m.group(1), 0)
+    if re.fullmatch(r'"(?:[^"\\]|\\.)*"', value):
+        # a C string literal of the header's kind (\0, \n, \xNN): Python reads those escapes alike
+        return ast.literal_eval(value)
+    raise DeclError(f"sdb_registry.h: #define {name} {value}: not an integer or a string literal; "
+                    "teach scripts/layoutgen/decls.py (literal) to read it")
+
+
+def structs(text: str) -> List[Struct]:
+    """Every `struct NAME { ... };` of the header, in order, with every member. A statement in a
+    struct body that is not `TYPE name;` or `TYPE name[DIM];` (a bit-field, two names on one
+    line, a union, an #if) raises: a member is never skipped."""
+    code = strip_comments(text)
+    out = []
+    for m in re.finditer(r"^struct (\w+) \{(.*?)^\};", code, re.M | re.S):
+        name, body = m.group(1), m.group(2)
+        if "#" in body or "{" in body:
+            raise DeclError(f"sdb_registry.h: struct {name} holds a preprocessor line or a nested "
+                            "body; teach scripts/layoutgen/decls.py (structs) to declare it")
+        members = []
+        for stmt in body.split(";"):
+            stmt = " ".join(stmt.split())
+            if not stmt:
+                continue
+            d = re.fullmatch(r"((?:struct )?\w+) (\w+)(?:\[(\w+)\])?", stmt)
+            if not d or not (d.group(1) in TYPES or d.group(1).startswith("struct ")):
+                raise DeclError(f"sdb_registry.h: struct {name}: `{stmt};` is not a member this "
+                                "generator can declare; teach scripts/layoutgen/decls.py (structs)")
+            members.append(Member(d.group(1), d.group(2), d.group(3) or ""))
+        out.append(Struct(name, tuple(members)))
+    if not out:
+        raise DeclError("sdb_registry.h: no struct found")
+    return out
+
+
+# ------------------------------------------------------------------ the Cython declarations
+PXD_HEAD = """\
+# GENERATED by {gen} from gem/ext/sdb/sdb_registry.h: do not edit. Change the header
+# (the one definition of the registry, shared with the gem) and run `{gen} --decls`;
+# tests/unit/test_registry_decls_generated.py fails while this file differs from what it
+# generates.
+#
+# Every struct of the header with every member, and every integer constant, declared for Cython:
+# the values and offsets are the C compiler's, from the header itself. String constants (the
+# magic, the path prefix) are in sdb_trace/registry_h.py, for Python.
+from libc.stdint cimport {stdint}
+
+cdef extern from "sdb_registry.h" nogil:
+"""
+
+
+def render_pxd(text: str) -> str:
+    consts = constants(text)
+    structs_ = structs(text)
+    used = sorted({m.type for s in structs_ for m in s.members if m.type != "char" and m.type in TYPES})
+    out = [PXD_HEAD.format(gen=GENERATOR, stdint=", ".join(used))]
+    ints = [n for n, v in consts.items() if isinstance(v, int)]
+    out.append("    enum:\n")
+    out.extend(f"        {n}\n" for n in ints)
+    for s in structs_:
+        out.append(f"\n    struct {s.name}:\n")
+        for m in s.members:
+            t = m.type[len("struct "):] if m.type.startswith("struct ") else TYPES[m.type]
+            dim = f"[{m.dim}]" if m.dim else ""
+            if m.dim and not m.dim.isdigit() and not isinstance(consts.get(m.dim), int):
+                raise DeclError(f"sdb_registry.h: {s.name}.{m.name}[{m.dim}]: {m.dim} is not an "
+                                "integer constant of the header")
+            out.append(f"        {t} {m.name}{dim}\n")
+    return "".join(out)
+
+
+# ------------------------------------------------------------------ the Python constants
+PY_HEAD = '''\
+"""sdb_registry.h's constants, for Python.
+
+GENERATED by {gen} from gem/ext/sdb/sdb_registry.h: do not edit. Change the header (the
+one definition of the registry, shared with the gem) and run `{gen} --decls`;
+tests/unit/test_registry_decls_generated.py fails while this file differs from what it
+generates. docs/registry-format.md says what each one means."""
+'''
+
+
+def render_py(text: str) -> str:
+    out = [PY_HEAD.format(gen=GENERATOR), "\n"]
+    for name, v in constants(text).items():
+        out.append(f"{name} = {py_value(name, v)}\n")
+    return "".join(out)
+
+
+def py_value(name: str, v: Value) -> str:
+    if isinstance(v, str):
+        return repr(v)
+    hexed = name == "SDB_NA" or name.endswith("_MASK") or name.startswith("SDB_SLOT_")
+    return hex(v) if hexed else str(v)
+
+
+# ------------------------------------------------------------------ the files
+def outputs(header: Path = REGISTRY_H) -> Dict[Path, str]:
+    """{path: the text the generator writes there}."""
+    text = header.read_text()
+    return {PXD: render_pxd(text), PY: render_py(text)}
+
+
+def stale(header: Path = REGISTRY_H) -> List[Path]:
+    """The generated files that are not what the header gives now (missing ones too)."""
+    return [p for p, t in outputs(header).items() if not p.is_file() or p.read_text() != t]
+
+
+def write(header: Path = REGISTRY_H) -> List[Path]:
+    written = []
+    for p, t in outputs(header).items():
+        if not p.is_file() or p.read_text() != t:
+            p.write_text(t)
+            written.append(p)
+    return written
