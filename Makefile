@@ -89,18 +89,28 @@ layouts:
 check-ruby-build-env:
 	scripts/rubies --check-make-env
 
-# The gem's own tests, then the suite on every Ruby (on those with YJIT, again with --yjit); tests
-# marked `once` (outputs, commands, the benchmark smoke run, the real-program check on Debian's
-# rubocop and asciidoctor: nothing Ruby-version-specific) run once, with Debian's Ruby.
+# Which tests run on which Ruby (the matrix: benchmarks/RESULTS.md, "make test: which suite on which
+# Ruby"). The gem's own tests run on every Ruby. The whole suite runs on the newest tested Ruby; the
+# tests marked `every_ruby` (what changes with the Ruby version: names, lines, threads, GC, JIT frames,
+# eBPF probes) run on every other Ruby and on the newest again with --yjit (test_yjit.py records
+# each Ruby's program with and without YJIT). Tests marked `once` (outputs, commands, the benchmark
+# smoke run, the real-program check: nothing Ruby-version-specific) run once, with Debian's Ruby.
+# Each suite's wall time is printed ("== ... took N s").
 test: setup rubies $(STAMPS)/npm
-	@set -e; while read -r version ruby; do \
+	@set -e; newest=$$(cut -d' ' -f1 $(RUBIES_LIST) | sort -V | tail -1); \
+	suite() { start=$$(date +%s); echo "== suite, Ruby $$1 $$3 ($$2)"; \
+	  SDB_RUBY=$$4 SDB_RUBY_ARGS="$$3" SDB_GEM_HOME= $(PY) -m pytest -q -rs -m "$$2" tests </dev/null; \
+	  echo "== suite, Ruby $$1 $$3 ($$2) took $$(( $$(date +%s) - start )) s"; }; \
+	while read -r version ruby; do \
 	  echo "== gem tests, Ruby $$version ($$ruby)"; \
 	  RUBY=$$ruby rake -f Rakefile test; \
-	  for args in "" "--yjit"; do \
-	    if [ -n "$$args" ] && ! $$ruby --yjit -e 'exit(defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled? ? 0 : 1)' 2>/dev/null; then continue; fi; \
-	    echo "== suite, Ruby $$version $$args"; \
-	    SDB_RUBY=$$ruby SDB_RUBY_ARGS="$$args" SDB_GEM_HOME= $(PY) -m pytest -q -rs -m "not once" tests </dev/null; \
-	  done; \
+	  if [ "$$version" = "$$newest" ]; then \
+	    suite $$version "not once" "" $$ruby; \
+	    if $$ruby --yjit -e 'exit(defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled? ? 0 : 1)' 2>/dev/null; then \
+	      suite $$version "every_ruby and not once" "--yjit" $$ruby; fi; \
+	  else \
+	    suite $$version "every_ruby and not once" "" $$ruby; \
+	  fi; \
 	done < $(RUBIES_LIST)
 	@echo "== suite, Ruby-independent tests (once, Debian's Ruby)"
 	SDB_RUBY=$(RUBY) SDB_GEM_HOME= $(PY) -m pytest -q -rs -m once tests </dev/null
