@@ -44,9 +44,14 @@ def main() -> int:
     record(args, app, load, trace,
            f"demo: {args.app} app running as pid {app.pid}; recording {args.seconds:g} s at {args.rate:g} Hz")
     run([os.path.join(BIN, "sdb-symbolize"), trace, "--format", "collapsed", "-o", collapsed])
-    print_top(collapsed, strip_paths=(RAILS_APP + "/",))
+    # the top lists count cpu (the samples of running threads): wall's would mix in the threads
+    # waiting for the GVL, time spent where another thread ran
+    cpu = os.path.join(out, "profile-cpu.collapsed")
+    run([os.path.join(BIN, "sdb-symbolize"), trace, "--format", "collapsed", "--sample-type", "cpu", "-o", cpu])
+    print_top(cpu, strip_paths=(RAILS_APP + "/",))
     print(f"\ndemo: files in {os.path.relpath(out, ROOT)}/: trace.msgpack (raw trace), profile.collapsed "
-          f"(flamegraph.pl / speedscope input)")
+          f"(wall: every thread but blocked ones) and profile-cpu.collapsed (cpu: running threads): flamegraph.pl / "
+          f"speedscope input")
     if args.app == "rails" and args.cluster:
         cluster(args, env, out)
     return 0
@@ -165,9 +170,9 @@ def print_top(collapsed: str, n: int = 12, strip_paths=()) -> None:
             for m in mine:
                 app_code[m] += c
     if not total:
-        print("\nNo samples of running threads were recorded.")
+        print("\nNo cpu samples (samples of running threads) were recorded.")
         return
-    print(f"\nTop stacks ({total} samples of running threads, leaf last):")
+    print(f"\nTop stacks ({total} cpu samples: threads running, not waiting for the GVL; leaf last):")
     for (thread, names), c in stacks.most_common(n):
         shown = [x for x in names if x not in ("block in wrap",)]
         print(f"  {100.0 * c / total:5.1f}%  [{thread.split(' (')[0].replace('thread ', '')}] "

@@ -71,8 +71,10 @@ def per_thread(fmt: str, data: bytes, period_ns: int) -> Dict[str, int]:
             add(stack.split(";", 1)[0], int(n))
     elif fmt == "speedscope":
         for p in json.loads(data)["profiles"]:
+            if p["name"].endswith(" [cpu]"):
+                continue            # the running samples again (a profile per sample type): wall has them all
             assert sum(p["weights"]) % period_ns == 0
-            add(p["name"], sum(p["weights"]) // period_ns)
+            add(p["name"].removesuffix(" [wall]"), sum(p["weights"]) // period_ns)
     elif fmt == "pprof":
         from sdb_symbolize.pprof import Profile
         prof = Profile()

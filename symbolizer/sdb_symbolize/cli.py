@@ -58,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     select.add_argument("--slower-than", dest="slower_than_ms", type=duration_ms, metavar="TIME",
                         help="only samples of requests and jobs that took at least this long: `200ms`, `1.5s`, or "
                              "milliseconds (slow-request profiles)")
+    select.add_argument("--sample-type", metavar="NAME",
+                        help="the sample type to show: `wall` (every thread's time; the default), `cpu` (the samples "
+                             "of running threads), or another the recording declares (the `summary` format names "
+                             "them); pprof carries every type (this one its default), speedscope this one only")
     shape = p.add_argument_group("how stacks are rooted and named")
     shape.add_argument("--states", action="store_true",
                        help="put each sample's thread state (running, waiting for GVL, blocked) as its root frame")
@@ -111,7 +115,7 @@ def options_from_args(args: argparse.Namespace) -> ProfileOptions:
                           threads=args.thread or (), pids=args.pid or (), from_s=args.from_s, to_s=args.to_s,
                           endpoints=args.endpoint or (), slower_than_ms=args.slower_than_ms, states=args.states,
                           merge_processes=args.merge_processes, by=args.by, lines=args.lines, labels=args.labels,
-                          json_frames=args.json_frames)
+                          json_frames=args.json_frames, sample_type=args.sample_type)
 
 
 def main(argv=None) -> int:

@@ -35,6 +35,7 @@ class ProfileOptions:
     by: Optional[str] = None            # "endpoint"/"request": each sample's unit of work as its root frame
     lines: bool = True                  # frames with their line (False: aggregate by function)
     labels: str = LABELS_SDB            # frame label convention (labels.LABEL_CONVENTIONS)
+    sample_type: Optional[str] = None   # the sample type single-type formats show (None: the recording's first: wall)
     # output
     json_frames: bool = False           # json: every sample line carries its frames
 

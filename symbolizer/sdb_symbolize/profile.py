@@ -110,7 +110,8 @@ class Profile:
         tables = source.tables
         recording = Recording(header=tables.header, end=tables.end, spans=samples.spans,
                               shown_spans=samples.spans_shown(),
-                              processes=[c.process for c in samples.ctx.values()], thread_of=samples.thread)
+                              processes=[c.process for c in samples.ctx.values()], thread_of=samples.thread,
+                              sample_types=samples.types, sample_type=samples.chosen)
         self.reporter = cls(recording, options)
 
     @property

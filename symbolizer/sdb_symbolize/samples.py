@@ -2,11 +2,12 @@
 shares (--thread, --from/--to, --idle, --states, --no-lines), names each stack once (samples refer
 to deduplicated stacks, so resolution is cached per stack id) and hands the reporter either every
 sample in time order (timeline formats) or one call per distinct (thread, stack, state) with its
-count (aggregating formats). Memory grows with distinct stacks, never with samples."""
+count (aggregating formats). Samples carry a sample type (format 4, sdb_trace.sample_types): a
+reporter is handed those of the chosen type (ProfileOptions.sample_type), or, when it shows every
+type (`all_types`: pprof, speedscope), all of them with their values per type. Memory grows with
+distinct stacks, never with samples."""
 from __future__ import annotations
 
-import sys
-import time
 from collections import Counter
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
@@ -14,115 +15,13 @@ from sdb_trace import (PROC_SHIFT, STATE_BLOCKED, STATE_GVL_WAIT, STATE_NAMES, S
                        TraceFile)
 
 from .options import ProfileOptions, UsageError
-from .resolve import UNKNOWN_ISEQ_PREFIX, Frame, Resolver, thread_label
+from .recorded import (NO_UNIT, Process, Progress, Stack, Thread, endpoint_frame, endpoint_name,  # noqa: F401
+                       function_frame, request_frame, state_name, unit_label)
+from .resolve import UNKNOWN_ISEQ_PREFIX, Frame, Resolver
 
 
 class FilterError(UsageError):
     """A filter that matches nothing or makes no sense: one line, exit code 2."""
-
-
-class Process:
-    """A recorded process as reporters see it (one object per process of the trace)."""
-    __slots__ = ("proc", "pid", "ppid", "command", "label", "start_ns", "end_ns", "end_reason")
-
-    TITLE_MAX = 80
-
-    def __init__(self, tables: Tables):
-        p = tables.process or {}
-        end = tables.process_end or {}
-        self.proc = tables.proc
-        self.pid = tables.pid
-        self.ppid = p.get("ppid")
-        self.command = tables.command
-        title = " ".join(self.command)
-        if len(title) > self.TITLE_MAX:
-            title = title[:self.TITLE_MAX - 3] + "..."
-        self.label = f"process {self.pid} ({title})" if title else f"process {self.pid}"
-        self.start_ns = p.get("at_ns")
-        self.end_ns = end.get("at_ns")
-        self.end_reason = end.get("reason")
-
-
-class Thread:
-    """A recorded thread as reporters see it (one object per thread). `serial` is its id in the
-    trace (a thread of process p other than 0: p << PROC_SHIFT | its serial there); `roots`, the
-    frames above its stack in a profile: its label, under its process's when the trace has several
-    processes and they are not merged."""
-    __slots__ = ("serial", "tid", "name", "label", "main", "start_ns", "end_ns", "process", "roots")
-
-    def __init__(self, serial: int, rec: Optional[dict], process: Optional[Process] = None, split: bool = False):
-        rec = rec or {}
-        self.serial = serial
-        self.process = process
-        self.tid = rec.get("tid", 0)
-        self.main = bool(rec.get("flags", 0) & 1)
-        self.name = rec.get("name") or ("main" if self.main else "")
-        self.label = thread_label(rec or None, serial)
-        self.start_ns = rec.get("start_ns")
-        self.end_ns = rec.get("end_ns")
-        self.roots = (process.label, self.label) if split and process is not None else (self.label,)
-
-
-class Stack:
-    """A named stack, interned: equal stacks are the same object (hash by identity, cheap).
-    `frames` is root first; `id` is small and dense (0, 1, 2... in order of first use)."""
-    __slots__ = ("id", "frames")
-
-    def __init__(self, id: int, frames: Tuple[Frame, ...]):
-        self.id = id
-        self.frames = frames
-
-
-_FUNCTION_FRAMES: Dict[Frame, Frame] = {}
-
-
-def function_frame(f: Frame) -> Frame:
-    """The frame without its line (--no-lines): one per function and file (interned)."""
-    g = _FUNCTION_FRAMES.get(f)
-    if g is None:
-        g = Frame(f.label, f.path, 0)
-        g.name = f"{f.label} ({f.path})" if f.path else f.label
-        g = _FUNCTION_FRAMES.setdefault(g, g)
-        _FUNCTION_FRAMES[f] = g
-    return g
-
-
-class Progress:
-    """One line on stderr while a long pass runs: looks at the clock only every `every` calls,
-    redraws at most 10 times a second, and erases itself at the end. Silent unless stderr is a
-    terminal, and for the first half second (short runs never show it)."""
-
-    def __init__(self, total: int, stream=None, every: int = 8, delay_s: float = 0.5):
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.total = max(total, 1)
-        self.done = 0
-        self.every = every
-        self._calls = 0
-        self._start = time.monotonic()
-        self._next_draw = self._start + delay_s
-        self._drawn = False
-
-    def update(self, n: int) -> None:
-        self.done += n
-        self._calls += 1
-        if not self.enabled or self._calls % self.every:
-            return
-        now = time.monotonic()
-        if now < self._next_draw:
-            return
-        self._next_draw = now + 0.1
-        rate = self.done / max(now - self._start, 1e-9)
-        self.stream.write(f"\r\x1b[Ksdb-symbolize: {100.0 * self.done / self.total:5.1f}% "
-                          f"({self.done:,} of {self.total:,} samples, {rate:,.0f}/s)")
-        self.stream.flush()
-        self._drawn = True
-
-    def finish(self) -> None:
-        if self._drawn:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-            self._drawn = False
 
 
 class _Proc:
@@ -203,6 +102,10 @@ class SamplePass:
         self._unnamed: Dict[int, bool] = {}     # Stack.id -> it has such a frame
         self._units: Dict[int, Optional[dict]] = {}     # span id -> its unit of work (the root span)
         self._check_endpoints()
+        self.types = tables.sample_types                 # what the recording's samples measure
+        self.chosen = self._choose_type()               # the one single-type outputs show
+        self._targets: Dict[Tuple[int, int], Tuple[int, ...]] = {}
+        self._type_setup(None)
 
     # ------------------------------------------------------------------ units of work (spans)
     def uses_spans(self, reporter=None) -> bool:
@@ -331,10 +234,72 @@ class SamplePass:
     def keep(self, serial: int, state: int) -> bool:
         return (self.idle or state != STATE_BLOCKED) and (self.allowed is None or serial in self.allowed)
 
+    # ------------------------------------------------------------------ sample types
+    def _choose_type(self) -> int:
+        """The index of the sample type single-type outputs show (ProfileOptions.sample_type; None:
+        the recording's first, wall for a time recording: every format's output before types)."""
+        name = self.o.sample_type
+        if name is None:
+            return 0
+        for t in self.types:
+            if t.name == name:
+                return t.index
+        raise FilterError(f"--sample-type {name}: the recording has no such sample type "
+                          f"(its types: {', '.join(t.name for t in self.types)})")
+
+    def targets(self, w: int, state: int) -> Tuple[int, ...]:
+        """The sample types a sample of written type `w` in thread state `state` counts in: `w`, and
+        every type derived from it that takes that state (cpu: running)."""
+        key = (w, state)
+        got = self._targets.get(key)
+        if got is None:
+            got = self._targets[key] = (w,) + tuple(t.index for t in self.types
+                                                    if t.of == w and state in t.states)
+        return got
+
+    def values_of(self, w: int, state: int, v: int) -> Tuple[Optional[int], ...]:
+        """A sample's (or a group's) values, one per sample type: `v` where it counts, None elsewhere."""
+        out: List[Optional[int]] = [None] * len(self.types)
+        for k in self.targets(w, state):
+            out[k] = v
+        return tuple(out)
+
+    def _type_setup(self, reporter) -> None:
+        """What the pass hands `reporter`: every sample (`all_types`, with its values), or those of
+        the chosen type only (a derived type's: those of its states)."""
+        self.r_values = bool(getattr(reporter, "values", False))
+        self.r_all = bool(getattr(reporter, "all_types", False))
+        chosen = self.types[self.chosen]
+        self.from_type = chosen.index if chosen.of is None else chosen.of     # the written type it draws on
+        self.only_states = None if self.r_all or chosen.states is None else frozenset(chosen.states)
+        self.counts_values = not chosen.sampled and not self.r_values       # counts are its summed values
+
+    def wants_batch(self, w: int) -> bool:
+        return self.r_all or w == self.from_type
+
+    def _give(self, reporter, th, stack, st, t, n, w, v, u=None, by_unit=False) -> None:
+        """Hands `n` samples (their values summing to `v`) of written type `w` to the reporter."""
+        self.samples_out += n
+        if self.has_unnamed(stack):
+            self.samples_unnamed += n
+        if self.r_values:
+            vals = self.values_of(w, st, v)
+            if by_unit:
+                reporter.add_unit(th, stack, st, t, n, u, values=vals)
+            else:
+                reporter.add(th, stack, st, t, n, values=vals)
+            return
+        count = v if self.counts_values else n
+        if by_unit:
+            reporter.add_unit(th, stack, st, t, count, u)
+        else:
+            reporter.add(th, stack, st, t, count)
+
     # ------------------------------------------------------------------ the pass
     def run(self, reporter, progress: Optional[Progress] = None) -> None:
         if getattr(reporter, "wants_idle", False):
             self.idle = True
+        self._type_setup(reporter)
         if self.uses_spans(reporter):
             self._by_unit(reporter, progress)
         elif getattr(reporter, "timeline", False):
@@ -345,26 +310,27 @@ class SamplePass:
             progress.finish()
 
     def _samples(self, on_batch) -> None:
-        """on_batch(c, base, dts, threads, stacks, states, wins[, spans, ticks]) for each batch of a
-        process the pass keeps."""
+        """on_batch(c, base, dts, threads, stacks, states, wins[, spans, ticks], type, values) for each
+        batch of a process the pass keeps whose type the reporter is shown."""
         ctx = self.ctx
 
         def each(proc, *batch):
             c = ctx.get(proc)
-            if c is not None:
+            if c is not None and self.wants_batch(batch[-2]):
                 on_batch(c, *batch)
             else:
                 self.samples_in += len(batch[1])
         return each
 
     def _aggregate(self, reporter, progress) -> None:
-        by_proc: Dict[_Proc, Counter] = {c: Counter() for c in self.ctx.values()}
+        by_type: Dict[Tuple[_Proc, int], Counter] = {}
+        valued: Dict[Tuple[_Proc, int], Dict[tuple, List[int]]] = {}   # value columns: key -> [samples, sum]
         lo, hi = self.lo, self.hi
         timed = lo is not None or hi is not None
         lo_v = lo if lo is not None else -1 << 63
         hi_v = hi if hi is not None else 1 << 63
 
-        def on_batch(c, base, dts, threads, stacks, states, wins):
+        def on_batch(c, base, dts, threads, stacks, states, wins, w, vals):
             n = len(dts)
             self.samples_in += n
             if progress is not None:
@@ -378,48 +344,64 @@ class SamplePass:
                     return
                 whole = first >= lo_v and last <= hi_v
             amb = c.ambiguous
-            counts = by_proc[c]
-            if whole and (not amb or amb.isdisjoint(stacks)):
+            counts = by_type.get((c, w))
+            if counts is None:
+                counts = by_type[(c, w)] = Counter()
+            if vals is None and whole and (not amb or amb.isdisjoint(stacks)):
                 counts.update(zip(threads, stacks, states))   # C loop: the hot path
                 return
-            for dt, th, sid, st, win in zip(dts, threads, stacks, states, wins):
+            sums = valued.setdefault((c, w), {}) if vals is not None else None
+            for i, (dt, th, sid, st, win) in enumerate(zip(dts, threads, stacks, states, wins)):
                 t = base + dt
                 if t < lo_v or t > hi_v:
                     continue
-                counts[(th, self.stack(c, sid, st, t, t - win * 1000) if sid in amb else sid, st)] += 1
+                key = (th, self.stack(c, sid, st, t, t - win * 1000) if sid in amb else sid, st)
+                counts[key] += 1
+                if sums is not None:
+                    acc = sums.get(key)
+                    if acc is None:
+                        acc = sums[key] = [0, 0]
+                    acc[0] += 1
+                    acc[1] += vals[i]
 
-        self.source.iter_samples(self._samples(on_batch), windows=True, proc=None)
-        for c, counts in by_proc.items():
-            for (serial, sid, st), n in counts.items():
+        self.source.iter_samples(self._samples(on_batch), windows=True, proc=None, values=True)
+        only = self.only_states
+        for (c, w), counts in by_type.items():
+            fixed = self.types[w].value or 0
+            sums = valued.get((c, w), {})
+            for key, n in counts.items():
+                serial, sid, st = key
                 serial |= c.base
-                if not self.keep(serial, st):
+                if not self.keep(serial, st) or (only is not None and st not in only):
                     continue
                 stack = sid if isinstance(sid, Stack) else self.stack(c, sid, st, 0)
-                self.samples_out += n
-                if self.has_unnamed(stack):
-                    self.samples_unnamed += n
-                reporter.add(self.thread(serial), stack, st, None, n)
+                nv, sv = sums.get(key, (0, 0))
+                self._give(reporter, self.thread(serial), stack, st, None, n, w, (n - nv) * fixed + sv)
 
     def _timeline(self, reporter, progress) -> None:
         lo_v = self.lo if self.lo is not None else -1 << 63
         hi_v = self.hi if self.hi is not None else 1 << 63
-        idle, allowed = self.idle, self.allowed
+        idle, allowed, only = self.idle, self.allowed, self.only_states
         states = self.o.states
         add = reporter.add
         thread = self.thread
+        plain = not self.r_values      # the usual case: count 1 a sample, no values
 
         unnamed = self._unnamed
         threads_of: Dict[int, Thread] = {}
 
-        def on_batch(c, base, dts, threads, stacks, sts, wins):
+        def on_batch(c, base, dts, threads, stacks, sts, wins, w, vals):
             self.samples_in += len(dts)
             if progress is not None:
                 progress.update(len(dts))
             out = 0
             n_unnamed = 0
             amb, cache, pbase = c.ambiguous, c.by_sid, c.base
-            for dt, th, sid, st, win in zip(dts, threads, stacks, sts, wins):
+            fixed = self.types[w].value
+            for i, (dt, th, sid, st, win) in enumerate(zip(dts, threads, stacks, sts, wins)):
                 if st == STATE_BLOCKED and not idle:
+                    continue
+                if only is not None and st not in only:
                     continue
                 if pbase:
                     th |= pbase
@@ -437,7 +419,10 @@ class SamplePass:
                 tobj = threads_of.get(th)
                 if tobj is None:
                     tobj = threads_of[th] = thread(th)
-                add(tobj, stack, st, t, 1)
+                if plain:
+                    add(tobj, stack, st, t, 1)
+                else:
+                    add(tobj, stack, st, t, 1, values=self.values_of(w, st, vals[i] if vals is not None else fixed))
                 out += 1
                 u = unnamed.get(stack.id)
                 if u is None:
@@ -447,7 +432,7 @@ class SamplePass:
             self.samples_out += out
             self.samples_unnamed += n_unnamed
 
-        self.source.iter_samples(self._samples(on_batch), windows=True, proc=None)
+        self.source.iter_samples(self._samples(on_batch), windows=True, proc=None, values=True)
 
     def _by_unit(self, reporter, progress) -> None:
         """Either pass, with each sample's unit of work (its span's outermost span): filtered by
@@ -457,12 +442,16 @@ class SamplePass:
         hi_v = self.hi if self.hi is not None else 1 << 63
         timeline = getattr(reporter, "timeline", False)
         by_unit = getattr(reporter, "by_unit", False)
-        blame = getattr(reporter, "gvl_blame", False)
+        chosen = self.types[self.chosen]
+        # GVL blame: of the samples waiting for the GVL, when the type shown has them
+        blame = getattr(reporter, "gvl_blame", False) and (chosen.states is None or STATE_GVL_WAIT in chosen.states)
         groups = getattr(reporter, "groups_units", False)    # it groups by unit itself: no root frame
+        only = self.only_states
         counts: Counter = Counter()
+        sums: Dict[tuple, List[int]] = {}
         thread = self.thread
 
-        def on_batch(c, base, dts, threads, stacks, sts, wins, spans, ticks):
+        def on_batch(c, base, dts, threads, stacks, sts, wins, spans, ticks, w, vals):
             self.samples_in += len(dts)
             if progress is not None:
                 progress.update(len(dts))
@@ -470,30 +459,39 @@ class SamplePass:
             if pbase:
                 threads = [th | pbase for th in threads]
                 spans = [sp | pbase if sp else 0 for sp in spans]
-            if blame:
+            if blame and w == self.from_type:
                 self._blame(reporter, c, base, dts, threads, stacks, sts, wins, spans, ticks)
-            for dt, th, sid, st, win, sp in zip(dts, threads, stacks, sts, wins, spans):
+            fixed = self.types[w].value or 0
+            for i, (dt, th, sid, st, win, sp) in enumerate(zip(dts, threads, stacks, sts, wins, spans)):
                 t = base + dt
-                if t < lo_v or t > hi_v or not self.keep(th, st):
+                if t < lo_v or t > hi_v or not self.keep(th, st) or (only is not None and st not in only):
                     continue
                 u = self.unit(sp)
                 if not self.unit_kept(u):
                     continue
+                v = vals[i] if vals is not None else fixed
                 if timeline:
                     stack = self.stack(c, sid, st, t, t - win * 1000)
                     if not groups:
                         stack = self.unit_stack(stack, u)
-                    self._hand(reporter, thread(th), stack, st, t, 1, u, by_unit)
+                    self._give(reporter, thread(th), stack, st, t, 1, w, v, u, by_unit)
                 else:
                     key = self.stack(c, sid, st, t, t - win * 1000) if sid in c.ambiguous else sid
-                    counts[(c, th, key, st, u["span"] if u is not None else 0)] += 1
+                    key = (c, th, key, st, u["span"] if u is not None else 0, w)
+                    counts[key] += 1
+                    acc = sums.get(key)
+                    if acc is None:
+                        sums[key] = [v]
+                    else:
+                        acc[0] += v
 
-        self.source.iter_samples(self._samples(on_batch), spans=True, proc=None)
-        for (c, serial, sid, st, us), n in counts.items():
+        self.source.iter_samples(self._samples(on_batch), spans=True, proc=None, values=True)
+        for key, n in counts.items():
+            c, serial, sid, st, us, w = key
             stack = sid if isinstance(sid, Stack) else self.stack(c, sid, st, 0)
             u = self.spans.get(us) if us else None
-            self._hand(reporter, thread(serial), stack if groups else self.unit_stack(stack, u), st, None, n, u,
-                       by_unit)
+            self._give(reporter, thread(serial), stack if groups else self.unit_stack(stack, u), st, None, n, w,
+                       sums[key][0], u, by_unit)
 
     def _blame(self, reporter, c, base, dts, threads, stacks, sts, wins, spans, ticks) -> None:
         """GVL blame: each sample of a thread waiting for the GVL, with the one thread the same tick
@@ -521,58 +519,3 @@ class SamplePass:
                         else:
                             reporter.add_blame(self.unit(spans[k]), None, None)
             i = j
-
-    def _hand(self, reporter, th, stack, st, t, n, u, by_unit) -> None:
-        self.samples_out += n
-        if self.has_unnamed(stack):
-            self.samples_unnamed += n
-        if by_unit:
-            reporter.add_unit(th, stack, st, t, n, u)
-        else:
-            reporter.add(th, stack, st, t, n)
-
-
-NO_UNIT = "(no request or job)"
-_ENDPOINT_FRAMES: Dict[str, Frame] = {}
-
-
-def endpoint_name(u: Optional[dict]) -> str:
-    """What a unit of work is called in outputs: its endpoint; `(no endpoint)` for one the app
-    never named (a request still running when the recording ended, before Rails named it)."""
-    if u is None:
-        return NO_UNIT
-    return u["endpoint"] if u["endpoint"] is not None else "(no endpoint)"
-
-
-def endpoint_frame(u: Optional[dict]) -> Frame:
-    name = endpoint_name(u)
-    f = _ENDPOINT_FRAMES.get(name)
-    if f is None:
-        f = _ENDPOINT_FRAMES[name] = Frame(f"[{name}]" if u is not None else name, None, 0)
-    return f
-
-
-_REQUEST_FRAMES: Dict[str, Frame] = {}
-
-
-def unit_label(u: Optional[dict]) -> str:
-    """One unit of work, told apart from the others of its endpoint: `ReportsController#show
-    4f1c...` (its request id or jid), or `... span 17` when the app gave it none."""
-    if u is None:
-        return NO_UNIT
-    rid = u["request_id"]
-    return f"{endpoint_name(u)} {rid}" if rid else f"{endpoint_name(u)} span {u['span']}"
-
-
-def request_frame(u: Optional[dict]) -> Frame:
-    if u is None:
-        return endpoint_frame(None)
-    name = unit_label(u)
-    f = _REQUEST_FRAMES.get(name)
-    if f is None:
-        f = _REQUEST_FRAMES[name] = Frame(f"[{name}]", None, 0)
-    return f
-
-
-def state_name(state: int) -> str:
-    return STATE_NAMES.get(state, STATE_NAMES[STATE_UNKNOWN])

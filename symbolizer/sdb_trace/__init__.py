@@ -10,8 +10,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"   # sdb's version, for every Python package (pyproject.toml reads it here); the gem's is gem/lib/sdb/version.rb
 MAGIC = "sdb-trace"
-VERSION = 3            # 2: several processes in one trace (`process`, `in`, `process_end` records);
-                       # 3: the records after the header may be one zstd stream
+VERSION = 4            # 2: several processes in one trace (`process`, `in`, `process_end` records);
+                       # 3: the records after the header may be one zstd stream;
+                       # 4: samples carry a sample type and a value (header `sample_types`, sample_types.py)
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 ZSTD_LEVEL = 3          # ~2.8 bytes a sample on a Rails app's trace (benchmarks/RESULTS.md, trace_size)
 
@@ -70,6 +71,7 @@ class Corrupt(TraceError):
 
 
 # the format's parts, one module each (the names above come first: they import them)
+from .sample_types import SampleType, sample_types_of, time_sample_types  # noqa: E402,F401
 from .reader import TraceReader, check_record, int_column, plain_bytes  # noqa: E402,F401
 from .tables import (SPAN_BEGIN, SPAN_END, SPAN_KINDS, SYMBOL_RECORDS, Symbol, Tables, TraceFile,  # noqa: E402,F401
                      has_record, iter_samples, load_tables, samples_so_far)

@@ -9,6 +9,7 @@ from typing import Iterator, Optional
 import msgpack
 
 from . import MAGIC, PROC_MAX, VERSION, ZSTD_MAGIC, Corrupt, NewerVersion, NotATrace, TraceError, Truncated
+from .sample_types import check_sample_types
 
 
 # ----------------------------------------------------------------- validation
@@ -120,6 +121,8 @@ def check_record(rec: dict) -> Optional[str]:
             continue
         if not check(rec[key]):
             return f"a {t} record's {key!r} is {_kind(rec[key])}, expected {_WHAT[check]}"
+    if t == "header" and "sample_types" in rec:
+        return check_sample_types(rec["sample_types"])
     return None
 
 

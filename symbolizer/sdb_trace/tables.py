@@ -9,6 +9,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import METHOD_CFUNC, PROC_SHIFT, Corrupt, TraceError, Truncated
 from .reader import _I64, TraceReader, _kind, int_column
+from .sample_types import SampleType, sample_types_of
 from .registry_h import SDB_KIND_JOB, SDB_KIND_LABEL, SDB_KIND_REQUEST, SDB_SPAN_BEGIN, SDB_SPAN_END
 
 
@@ -76,6 +77,19 @@ class Tables:
         if tables is None:
             tables = self.procs[proc] = Tables(header=self.header, proc=proc)
         return tables
+
+    @property
+    def sample_types(self) -> List[SampleType]:
+        """The recording's sample types (its header's: sdb_trace.sample_types_of)."""
+        cached = self.__dict__.get("_types")
+        if cached is None or cached[0] is not self.header:
+            cached = self.__dict__["_types"] = (self.header, sample_types_of(self.header))
+        return cached[1]
+
+    @property
+    def typed(self) -> bool:
+        """Its samples records may carry a `type` and a `value` (format 4 on)."""
+        return (self.header.get("version") or 0) >= 4
 
     def gid(self, serial: int) -> int:
         """A thread or span serial of this process as a global id of the trace (PROC_SHIFT)."""
@@ -190,11 +204,20 @@ _SAMPLE_COLUMNS = ("dt_ns", "thread", "stack", "state")
 _SAMPLE_OPTIONAL = ("win_us", "span", "tick")
 
 
-def _check_samples(reader: TraceReader, rec: dict, nstacks: int) -> int:
-    """Validates a samples record against the stacks defined so far; returns its sample count."""
+def _check_samples(reader: TraceReader, rec: dict, nstacks: int, types: Optional[List[SampleType]] = None) -> int:
+    """Validates a samples record against the stacks defined so far (and, from format 4, against
+    the header's sample types: `types`); returns its sample count."""
     try:
         cols = [int_column(rec, c) for c in _SAMPLE_COLUMNS]
         cols += [int_column(rec, c, "L") for c in _SAMPLE_OPTIONAL if c in rec]    # win_us: unsigned
+        if types is not None:
+            typ = rec.get("type", 0)
+            if type(typ) is not int or not 0 <= typ < len(types) or types[typ].of is not None:
+                raise ValueError("its 'type' is not a written sample type of the header")
+            if "value" in rec:
+                cols.append(int_column(rec, "value"))
+            elif types[typ].value is None:
+                raise ValueError("no 'value' column for a sample type without a fixed value")
     except ValueError as e:
         raise Corrupt(f"{reader.path}: corrupt samples record ({e})") from None
     n = len(cols[0])
@@ -281,12 +304,13 @@ def load_tables(path: str) -> Tables:
     sample records before it are sound (iter_samples stops there too)."""
     with TraceReader(path) as reader:
         tables = Tables(header=reader.header)
+        types = tables.sample_types if tables.typed else None
         try:
             for rec in reader.records():
                 t = rec["t"]
                 if t == "samples":
                     cur = tables._cur
-                    n = _check_samples(reader, rec, len(cur.stacks))
+                    n = _check_samples(reader, rec, len(cur.stacks), types)
                     cur.process_samples += n
                     tables.sample_count += n
                     tables.good_sample_records += 1
@@ -307,10 +331,13 @@ def _insert_symbol(table: Dict[int, List[Symbol]], addr: int, sym: Symbol) -> No
 
 
 def iter_samples(path: str, on_batch: Callable[..., None], limit: Optional[int] = None,
-                 windows: bool = False, spans: bool = False, proc: Optional[int] = 0) -> None:
+                 windows: bool = False, spans: bool = False, proc: Optional[int] = 0, values: bool = False) -> None:
     """Second pass: calls on_batch(base_ns, dt_ns, thread, stack, state) for each batch, in order;
     with `windows`, also each sample's copy window in us (`win_us`; 0s for traces without it);
-    with `spans`, also its span and its tick (0s for traces without them).
+    with `spans`, also its span and its tick (0s for traces without them);
+    with `values`, last, the batch's sample type (an index in Tables.sample_types: 0 before
+    format 4) and its `value` column (None: each sample weighs its type's fixed value). Without
+    `values`, batches of every sample type are handed alike.
     `proc`: only the batches of that process (its own thread serials and stack ids; 0: the
     header's, the only one of most traces); None: every process's, each call with the process
     first: on_batch(proc, base_ns, ...).
@@ -318,15 +345,18 @@ def iter_samples(path: str, on_batch: Callable[..., None], limit: Optional[int] 
     first pass found sound, every process's); stops quietly at the first unreadable record."""
     with TraceReader(path) as reader:
         try:
-            hand_samples(reader.records(), on_batch, limit, windows, spans, proc)
+            hand_samples(reader.records(), on_batch, limit, windows, spans, proc,
+                         values and (reader.header.get("version") or 0) >= 4, values)
         except (Truncated, Corrupt):
             return
 
 
 def hand_samples(records: Iterable[dict], on_batch: Callable[..., None], limit: Optional[int] = None,
-                 windows: bool = False, spans: bool = False, proc: Optional[int] = 0) -> None:
+                 windows: bool = False, spans: bool = False, proc: Optional[int] = 0, typed: bool = True,
+                 values: bool = False) -> None:
     """iter_samples over records in order (`in` and `samples` records count, others are skipped):
-    a file's (TraceReader.records) or those a MemoryTrace kept."""
+    a file's (TraceReader.records) or those a MemoryTrace kept. `typed`: the records may carry
+    `type` and `value` (format 4; before, such keys are not the format's and are ignored)."""
     n = 0
     cur = 0
     for rec in records:
@@ -349,6 +379,11 @@ def hand_samples(records: Iterable[dict], on_batch: Callable[..., None], limit: 
                 if not col:
                     col = zeros = zeros or [0] * len(rec["dt_ns"])
                 args.append(col)
+        if values:
+            if typed:
+                args += (rec.get("type", 0), rec.get("value"))
+            else:
+                args += (0, None)
         if proc is None:
             on_batch(cur, *args)
         else:
@@ -365,9 +400,9 @@ class TraceFile:
         self.tables = load_tables(path)
 
     def iter_samples(self, on_batch: Callable[..., None], windows: bool = False, spans: bool = False,
-                     proc: Optional[int] = 0) -> None:
+                     proc: Optional[int] = 0, values: bool = False) -> None:
         iter_samples(self.path, on_batch, limit=self.tables.good_sample_records, windows=windows, spans=spans,
-                     proc=proc)
+                     proc=proc, values=values)
 
 
 def samples_so_far(path: str) -> int:

@@ -9,6 +9,7 @@ from typing import IO, Callable, List, Optional
 import msgpack
 
 from . import MAGIC, VERSION, ZSTD_LEVEL
+from .sample_types import time_sample_types
 from .tables import Tables, hand_samples
 
 
@@ -41,6 +42,8 @@ class TraceWriter:
         self._z = None
         rec = {"t": "header", "magic": MAGIC, "version": VERSION}
         rec.update(header)
+        if "sample_types" not in rec:        # a time recording's: wall, and cpu (running threads)
+            rec["sample_types"] = time_sample_types(rec.get("rate_hz"))
         self.start_mono_ns = rec.get("start_mono_ns")
         self._write(rec)
         self.flush()
@@ -130,7 +133,9 @@ class TraceWriter:
 
     def samples(self, base_ns: int, dt_ns: List[int], thread: List[int], stack: List[int], state: List[int],
                 win_us: Optional[List[int]] = None, span: Optional[List[int]] = None,
-                tick: Optional[List[int]] = None) -> None:
+                tick: Optional[List[int]] = None, type: int = 0, value: Optional[List[int]] = None) -> None:
+        """One batch of samples of sample type `type` (an index in the header's `sample_types`;
+        absent from the record when 0), each weighing its `value` (absent: the type's fixed one)."""
         rec = {"t": "samples", "base_ns": base_ns, "dt_ns": dt_ns, "thread": thread, "stack": stack, "state": state}
         if win_us is not None:
             rec["win_us"] = win_us
@@ -138,6 +143,10 @@ class TraceWriter:
             rec["span"] = span
         if tick is not None:
             rec["tick"] = tick
+        if type:
+            rec["type"] = type
+        if value is not None:
+            rec["value"] = value
         self._write(rec)
 
     def encoded(self, record: bytes) -> None:
@@ -282,8 +291,8 @@ class MemoryTrace(TraceWriter):
         """A samples record (base_ns, dt_ns, thread, stack, state): for the subclass to count."""
 
     def iter_samples(self, on_batch: Callable[..., None], windows: bool = False, spans: bool = False,
-                     proc: Optional[int] = 0) -> None:
+                     proc: Optional[int] = 0, values: bool = False) -> None:
         """The kept samples, as TraceFile.iter_samples hands a file's (keep_samples only)."""
         if self.kept is None:
             raise ValueError("this MemoryTrace keeps no samples (keep_samples=False)")
-        hand_samples(self.kept, on_batch, None, windows, spans, proc)
+        hand_samples(self.kept, on_batch, None, windows, spans, proc, self.tables.typed, values)

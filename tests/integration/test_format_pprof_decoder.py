@@ -47,10 +47,12 @@ def test_an_independent_decoder_reads_the_same_profile(tmp_path_factory, tmp_pat
     assert r.returncode == 0, r.stderr
     p = json.loads(r.stdout)
     period = int(round(1e9 / trace.header["rate_hz"]))
-    assert p["sampleType"] == [["samples", "count"], ["wall", "nanoseconds"]]
+    assert p["sampleType"] == [["samples", "count"], ["wall", "nanoseconds"], ["cpu", "nanoseconds"]]
     assert p["periodType"] == ["wall", "nanoseconds"] and p["period"] == period
     assert sum(x["value"][0] for x in p["samples"]) == len(trace.samples)
     assert all(x["value"][1] == x["value"][0] * period for x in p["samples"])
+    assert all(x["value"][2] == (x["value"][1] if x["labels"]["thread_state"] == "running" else 0)
+               for x in p["samples"])
     per_tid = {}
     for x in p["samples"]:
         assert set(x["labels"]) == {"thread_id", "thread_name", "thread_state", "pid"}

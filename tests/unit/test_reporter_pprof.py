@@ -20,15 +20,19 @@ def prof(tmp_path_factory):
     return p, trace
 
 
-def test_values_are_samples_and_wall_nanoseconds_and_totals_match_the_trace(prof):
+def test_values_are_samples_wall_and_cpu_nanoseconds_and_totals_match_the_trace(prof):
     p, trace = prof
     st = p.string_table
     assert st[0] == ""
-    assert [(st[v.type], st[v.unit]) for v in p.sample_type] == [("samples", "count"), ("wall", "nanoseconds")]
+    assert [(st[v.type], st[v.unit]) for v in p.sample_type] == [("samples", "count"), ("wall", "nanoseconds"),
+                                                                 ("cpu", "nanoseconds")]
+    assert st[p.default_sample_type] == "wall"
     period = int(round(1e9 / trace.header["rate_hz"]))
     assert (st[p.period_type.type], st[p.period_type.unit], p.period) == ("wall", "nanoseconds", period)
     assert sum(s.value[0] for s in p.sample) == len(trace.samples)
     assert sum(s.value[1] for s in p.sample) == len(trace.samples) * period
+    running = sum(1 for s in trace.samples if s[3] == 1)
+    assert running and sum(s.value[2] for s in p.sample) == running * period
     assert p.time_nanos == trace.header["start_wall_ns"]
     assert p.duration_nanos == trace.end["at_ns"] - trace.header["start_mono_ns"]
 

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from sdb_symbolize import samples
+from sdb_symbolize import recorded, samples
 
 pytestmark = pytest.mark.once
 
@@ -24,7 +24,7 @@ def test_throttled_and_erased(monkeypatch):
         clock_reads[0] += 1
         return now[0]
 
-    monkeypatch.setattr(samples.time, "monotonic", monotonic)
+    monkeypatch.setattr(recorded.time, "monotonic", monotonic)
     out = Tty()
     p = samples.Progress(total=1000, stream=out, every=8, delay_s=0.5)
     reads_at_start = clock_reads[0]

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.once
 @pytest.fixture(scope="module")
 def doc(tmp_path_factory):
     path, trace = formats_trace(tmp_path_factory)
-    return json.loads(symbolize(path, "speedscope", "--idle").stdout), trace
+    return json.loads(symbolize(path, "speedscope", "--idle", "--sample-type", "wall").stdout), trace
 
 
 def test_one_sampled_profile_per_thread_weighted_in_nanoseconds(doc):

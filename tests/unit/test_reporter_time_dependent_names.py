@@ -58,6 +58,8 @@ def names_and_counts(fmt, data: bytes):
     elif fmt == "speedscope":
         d = json.loads(data)
         for p in d["profiles"]:
+            if p["name"].endswith(" [cpu]"):
+                continue                # the running samples again: the wall profiles hold every sample
             for s, w in zip(p["samples"], p["weights"]):
                 name = d["shared"]["frames"][s[-1]]["name"]
                 out[name] = out.get(name, 0) + w // 1_000_000

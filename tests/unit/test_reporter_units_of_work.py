@@ -125,7 +125,7 @@ def test_firefox_gives_a_track_to_a_thread_whose_requests_have_no_sample_shown(t
 
 
 def test_speedscope_by_endpoint_has_a_profile_per_endpoint_largest_first(trace):
-    d = json.loads(run(trace, "speedscope", "--by", "endpoint"))
+    d = json.loads(run(trace, "speedscope", "--by", "endpoint", "--sample-type", "wall"))
     got = {p["name"]: sum(p["weights"]) // (MS // 2) for p in d["profiles"]}
     # samples (0.5 ms each) per endpoint, both threads together
     assert got == {EVIL: 12, "ReportsController#show": 8, "(no endpoint)": 8, "OldController#index": 2,
@@ -136,7 +136,7 @@ def test_speedscope_by_endpoint_has_a_profile_per_endpoint_largest_first(trace):
 
 
 def test_speedscope_by_request_has_a_profile_per_request_in_the_order_they_began(trace):
-    d = json.loads(run(trace, "speedscope", "--by", "request"))
+    d = json.loads(run(trace, "speedscope", "--by", "request", "--sample-type", "wall"))
     names = [p["name"] for p in d["profiles"]]
     assert names == [f"OldController#index req-0 (began before, {T1})",
                      f"ReportsController#show req-a (4.0 ms, {T0})",

@@ -155,7 +155,7 @@ def test_a_workers_requests_are_its_own_and_the_endpoints_report_finds_them(trac
 
 
 def test_timeline_formats_name_each_threads_process(trace):
-    d = json.loads(symbolized(trace, "speedscope"))
+    d = json.loads(symbolized(trace, "speedscope", "--sample-type", "wall"))
     assert [p["name"] for p in d["profiles"]] == [f"{MASTER} / thread main (tid 100)",
                                                    f"{WORKER} / thread main (tid 101)",
                                                    f"{WORKER} / thread puma srv 0 (tid 102)"]

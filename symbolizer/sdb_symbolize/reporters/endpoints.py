@@ -77,6 +77,15 @@ class EndpointsReporter(Reporter):
         leaf = stack.frames[-1].label if stack.frames else "(empty stack)"
         self.leaves[name][where][leaf] += count
 
+    def counted(self) -> str:
+        """What the sample columns count (the chosen sample type, when the recording has several)."""
+        t = self.sample_type
+        if not self.names_type:
+            return f"samples ({self.period_ns / 1e6:g} ms of one thread's time each)"
+        if t.sampled:
+            return f"samples of {self.type_words()} ({t.value / 1e6:g} ms of one thread's time each)"
+        return f"{printable(t.unit)} of {printable(self.type_words())}"
+
     def units(self) -> Dict[str, List[dict]]:
         """The outermost spans that ended within the recording, by endpoint (the sidecar wrote only
         those of its window: `attach` from its start, `record` from the app's)."""
@@ -98,7 +107,7 @@ class EndpointsReporter(Reporter):
         total = sum(sum(c.values()) for c in self.samples.values())
         h = self.header
         out.write(f"sdb endpoints: {sum(len(v) for v in units.values()):,} requests/jobs ended in the recording, "
-                  f"{total:,} samples ({self.period_ns / 1e6:g} ms of one thread's time each); pid {h.get('pid')}, "
+                  f"{total:,} {self.counted()}; pid {h.get('pid')}, "
                   f"ruby {printable(h.get('ruby'))}\n")
         out.write(f"{'ENDPOINT':<40} {'KIND':<7} {'COUNT':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
                   f"{'max ms':>8} {'SAMPLES':>8}" + "".join(f" {w:>9}" for w in WHERE[:4]) + "\n")

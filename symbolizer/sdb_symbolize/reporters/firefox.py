@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from array import array
 from itertools import repeat
-from typing import IO, Dict, List
+from typing import IO, Dict, List, Optional
 
 from sdb_trace import PROC_SHIFT, SPAN_KINDS, STATE_BLOCKED, STATE_GVL_WAIT, STATE_RUNNING, STATE_UNKNOWN
 
@@ -68,6 +68,7 @@ class _Thread:
         self.leaf: Dict[tuple, int] = {}        # (Stack.id, state) -> stack index (-1: empty)
         self.times = Column("d")
         self.stacks = Column("l")
+        self.weights: Optional[Column] = None   # a measured sample type's values (else each sample counts 1)
         self.markers: List[tuple] = []          # (name, start ms, end ms, phase, data)
 
     def s(self, text: str) -> int:
@@ -117,23 +118,34 @@ class FirefoxReporter(Reporter):
     """The Firefox Profiler's processed profile (profiler.firefox.com, "Load a profile from file"):
     one track per thread, samples in time order, thread states as categories (Running, Waiting
     for GVL, Blocked, Unknown state), frames with their file and line; each request, job and
-    Sdb.label block a marker on its thread's track (Marker Chart, Marker Table)."""
+    Sdb.label block a marker on its thread's track (Marker Chart, Marker Table). The tracks show one
+    sample type, the chosen one (--sample-type; wall by default: cpu's samples are its Running
+    category); a measured type's samples are weighted by their values (weightType "bytes", or
+    "tracing-ms" for nanoseconds)."""
 
     name = "firefox"
     extension = ".firefox.json"
     timeline = True
+    values = True
 
     def __init__(self, recording, options):
         super().__init__(recording, options)
         self.threads: Dict[object, _Thread] = {}
         self.last_ns = self.start_ns
 
-    def add(self, thread, stack, state, t_ns, count) -> None:
+    def add(self, thread, stack, state, t_ns, count, values=None) -> None:
         th = self.threads.get(thread)
         if th is None:
             th = self.threads[thread] = _Thread(thread)
         i = th.stack(stack, state)
         t = (t_ns - self.start_ns) / 1e6
+        if not self.sample_type.sampled and values is not None:
+            if th.weights is None:
+                th.weights = Column("d")
+            th.weights.append(values[self.sample_type.index] / (1e6 if self.sample_type.unit == "nanoseconds" else 1))
+            th.times.append(t)
+            th.stacks.append(i)
+            count = 0
         for _ in range(count):
             th.times.append(t)
             th.stacks.append(i)
@@ -240,13 +252,21 @@ class FirefoxReporter(Reporter):
             th.stacks.close()
         out.write("]}\n")
 
-    @staticmethod
-    def write_samples(th: _Thread, out: IO) -> None:
+    def write_samples(self, th: _Thread, out: IO) -> None:
         out.write('{"stack":[')
         th.stacks.write(out, lambda s: str(s) if s >= 0 else "null")
         out.write('],"time":[')
+        n = len(th.times)
         th.times.write(out, repr)
-        out.write(f'],"weight":null,"weightType":"samples","length":{len(th.times)}}}')
+        if th.weights is None:
+            out.write(f'],"weight":null,"weightType":"samples","length":{n}}}')
+            return
+        unit = self.sample_type.unit
+        kind = "tracing-ms" if unit == "nanoseconds" else "bytes" if unit == "bytes" else "samples"
+        out.write('],"weight":[')
+        th.weights.write(out, repr)
+        th.weights.close()
+        out.write(f'],"weightType":"{kind}","length":{n}}}')
 
     @staticmethod
     def write_stack_table(th: _Thread, out: IO) -> None:

@@ -16,11 +16,14 @@ class JsonReporter(Reporter):
     monotonic ns, "thread": label, "tid", "thread_name", "state", "stack": id}. With --json-frames
     every sample line carries "frames" itself (no stack lines): simpler to read, but a stack is
     written again for each of its samples (on a 10,000-deep recursion, ~34x the collapsed output).
-    read_samples() turns either form into samples with their frames."""
+    read_samples() turns either form into samples with their frames. When the recording has several
+    sample types (or --sample-type names one), each line also says its "type" (the chosen one's:
+    one type a file), and a measured type's line its "value"."""
 
     name = "json"
     extension = ".jsonl"
     timeline = True
+    values = True
 
     def __init__(self, recording, options):
         super().__init__(recording, options)
@@ -29,6 +32,9 @@ class JsonReporter(Reporter):
         self._stacks: Dict[object, str] = {}
         self._lines = []
         self._pending = 0
+        t = self.sample_type
+        self._type = f',"type":{json.dumps(t.name)}' if self.names_type or not t.sampled else ""
+        self._measured = not t.sampled
 
     def _stack_ref(self, stack) -> str:
         ref = self._stacks.get(stack)
@@ -46,14 +52,17 @@ class JsonReporter(Reporter):
             self._stacks[stack] = ref
         return ref
 
-    def add(self, thread, stack, state, t_ns, count) -> None:
+    def add(self, thread, stack, state, t_ns, count, values=None) -> None:
         th = self._threads.get(thread)
         if th is None:
             th = self._threads[thread] = (f'"thread":{json.dumps(thread.label)},"tid":{thread.tid},'
                                           f'"thread_name":{json.dumps(thread.name)}'
                                           + (f',"pid":{thread.process.pid}' if len(self.processes) > 1 else ""))
         ref = self._stack_ref(stack)
-        line = (f'{{"t":{(t_ns - self.start_ns) / 1e9:.6f},"t_ns":{t_ns},{th},"state":"{state_name(state)}",'
+        typ = self._type
+        if self._measured and values is not None:
+            typ += f',"value":{values[self.sample_type.index]}'
+        line = (f'{{"t":{(t_ns - self.start_ns) / 1e9:.6f},"t_ns":{t_ns},{th},"state":"{state_name(state)}"{typ},'
                 f'{ref}}}\n')
         for _ in range(count):
             self._lines.append(line)

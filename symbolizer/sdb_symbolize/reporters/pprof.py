@@ -11,8 +11,11 @@ from .base import Reporter
 
 class PprofReporter(Reporter):
     """pprof's profile.proto, gzipped (go tool pprof, Grafana Pyroscope, Polar Signals...), built
-    with the protobuf classes of sdb_symbolize.pprof. Two values per sample: samples/count and
-    wall/nanoseconds (count x the tick period); labels "thread_id" (Linux tid), "thread_name",
+    with the protobuf classes of sdb_symbolize.pprof. A value per sample for samples/count, then
+    one for each of the recording's sample types (wall/nanoseconds: count x the tick period;
+    cpu/nanoseconds: the same for running threads, 0 for the others; a measured type's summed
+    values), the chosen type (--sample-type, else the first) its default_sample_type when it has
+    several; labels "thread_id" (Linux tid), "thread_name",
     "thread_state" and "pid"; when the trace has requests or jobs, also a sample's unit of work:
     "endpoint" (a request's or label's) or "job" (a job's class), and "request_id" (a request id or
     jid, when it has one). One location per (function, line); functions by label and file."""
@@ -21,17 +24,26 @@ class PprofReporter(Reporter):
     extension = ".pb.gz"
     binary = True
     units_if_any = True     # by_unit when the trace has spans (Reporter.__init__)
+    values = all_types = True
 
     def __init__(self, recording, options):
         super().__init__(recording, options)
-        self.counts: Dict[Tuple, int] = {}
+        self.counts: Dict[Tuple, list] = {}     # key -> [samples, value of each type...]
 
-    def add(self, thread, stack, state, t_ns, count) -> None:
-        self.add_unit(thread, stack, state, t_ns, count, None)
+    def add(self, thread, stack, state, t_ns, count, values=None) -> None:
+        self.add_unit(thread, stack, state, t_ns, count, None, values)
 
-    def add_unit(self, thread, stack, state, t_ns, count, unit) -> None:
+    def add_unit(self, thread, stack, state, t_ns, count, unit, values=None) -> None:
         key = (thread, stack, state, unit["span"] if unit is not None else 0)
-        self.counts[key] = self.counts.get(key, 0) + count
+        acc = self.counts.get(key)
+        if acc is None:
+            acc = self.counts[key] = [0] * (1 + len(self.sample_types))
+        acc[0] += count
+        if values is None:          # a caller that knows no types: count samples of the first
+            values = (count * (self.sample_types[0].value or 1),)
+        for i, v in enumerate(values, 1):
+            if v:
+                acc[i] += v
 
     def build(self):
         from ..pprof import Profile
@@ -46,11 +58,15 @@ class PprofReporter(Reporter):
             return i
 
         s("")
-        for typ, unit in (("samples", "count"), ("wall", "nanoseconds")):
+        types = self.sample_types
+        for typ, unit in [("samples", "count")] + [(t.name, t.unit) for t in types]:
             vt = p.sample_type.add()
             vt.type, vt.unit = s(typ), s(unit)
-        p.period_type.type, p.period_type.unit = s("wall"), s("nanoseconds")
-        p.period = self.period_ns
+        first = types[0]
+        p.period_type.type, p.period_type.unit = s(first.name), s(first.unit)
+        p.period = first.value or 0
+        if self.names_type:
+            p.default_sample_type = s(self.sample_type.name)
         h = self.header
         p.time_nanos = h.get("start_wall_ns", 0)
         functions: Dict[Tuple, int] = {}
@@ -59,7 +75,7 @@ class PprofReporter(Reporter):
         k_tid, k_name, k_state, k_pid = s("thread_id"), s("thread_name"), s("thread_state"), s("pid")
         k_process = s("process") if len(self.processes) > 1 else None
         spans = self.spans
-        for (thread, stack, state, unit), n in sorted(self.counts.items(),
+        for (thread, stack, state, unit), vals in sorted(self.counts.items(),
                                                       key=lambda kv: (kv[0][0].serial, kv[0][1].id, kv[0][2],
                                                                       kv[0][3])):
             locs = stack_locs.get(stack)
@@ -84,7 +100,7 @@ class PprofReporter(Reporter):
                 stack_locs[stack] = locs
             sample = p.sample.add()
             sample.location_id.extend(locs)
-            sample.value.extend((n, n * self.period_ns))
+            sample.value.extend(vals)
             pr = thread.process
             for key, num, text in ((k_tid, thread.tid, None), (k_name, None, thread.name or thread.label),
                                    (k_state, None, state_name(state)),

@@ -14,11 +14,12 @@ from .columns import Column
 class _Profile:
     """One thread's samples (or one group's: --by) in time order; runs of the same stack are merged
     (weights add up). The run being merged is held in last_sid/last_w until the stack changes."""
-    __slots__ = ("thread", "unit", "stacks", "weights", "first_ns", "last_ns", "last_sid", "last_w", "total")
+    __slots__ = ("thread", "unit", "type", "stacks", "weights", "first_ns", "last_ns", "last_sid", "last_w", "total")
 
-    def __init__(self, thread, unit=None):
+    def __init__(self, thread, unit=None, type=None):
         self.thread = thread
         self.unit = unit
+        self.type = type
         self.stacks = Column("l")
         self.weights = Column("q")
         self.first_ns = None
@@ -48,11 +49,17 @@ class SpeedscopeReporter(Reporter):
     weighs one tick period), frames with their file and line. With --by endpoint, one profile per
     endpoint instead (its requests' samples, every thread's, in time order; the largest first);
     with --by request, one per request or job (in the order they began), named with its endpoint,
-    id, duration and thread. Samples outside any come last, as `(no request or job)`."""
+    id, duration and thread. Samples outside any come last, as `(no request or job)`.
+    Sample types: the profiles above for each of the recording's types (wall, then cpu: the running
+    samples only; a measured type weighted by its values), each profile's name ending in `[type]`
+    when there are several; --sample-type: that type's only."""
 
     name = "speedscope"
     extension = ".speedscope.json"
     timeline = True
+    values = all_types = True
+    UNITS = {"nanoseconds": "nanoseconds", "microseconds": "microseconds", "milliseconds": "milliseconds",
+             "seconds": "seconds", "bytes": "bytes"}      # speedscope's; any other: "none"
 
     def __init__(self, recording, options):
         super().__init__(recording, options)
@@ -64,6 +71,9 @@ class SpeedscopeReporter(Reporter):
         self.frame_ids: Dict[object, int] = {}
         self.frames: List[dict] = []
         self.stack_frames: Dict[int, List[int]] = {}   # Stack.id -> frame indexes, root first
+        asked = getattr(options, "sample_type", None)
+        self.shown = [t for t in self.sample_types if asked is None or t is self.sample_type]
+        self.suffix = len(self.shown) > 1
 
     def _stack(self, stack) -> int:
         if stack.id not in self.stack_frames:
@@ -82,19 +92,33 @@ class SpeedscopeReporter(Reporter):
             self.stack_frames[stack.id] = ids
         return stack.id
 
-    def add_unit(self, thread, stack, state, t_ns, count, unit) -> None:
+    def _weights(self, count, values):
+        """(type, weight) of a sample for each shown type it is of."""
+        if values is None:          # a caller that knows no types: the first's
+            return ((self.sample_types[0], self.period_ns * count),)
+        return tuple((t, values[t.index]) for t in self.shown if values[t.index] is not None)
+
+    def _into(self, key, thread, unit, typ, t_ns, stack, w) -> None:
+        p = self.profiles.get((typ.index, key))
+        if p is None:
+            p = self.profiles[(typ.index, key)] = _Profile(thread, unit, typ)
+            p.first_ns = t_ns
+        p.last_ns = t_ns
+        p.add(self._stack(stack), w)
+
+    def add_unit(self, thread, stack, state, t_ns, count, unit, values=None) -> None:
         if unit is None:
             key = NO_UNIT
         else:
             key = endpoint_name(unit) if self.by == "endpoint" else unit["span"]
-        p = self.profiles.get(key)
-        if p is None:
-            p = self.profiles[key] = _Profile(thread, unit)
-            p.first_ns = t_ns
-        p.last_ns = t_ns
-        p.add(self._stack(stack), self.period_ns * count)
+        for typ, w in self._weights(count, values):
+            self._into(key, thread, unit, typ, t_ns, stack, w)
 
     def _profile_name(self, p: _Profile) -> str:
+        name = self._unit_name(p)
+        return f"{name} [{p.type.name}]" if self.suffix else name
+
+    def _unit_name(self, p: _Profile) -> str:
         if not self.by:
             return " / ".join(p.thread.roots)
         if p.unit is None:
@@ -109,20 +133,16 @@ class SpeedscopeReporter(Reporter):
     def _order(self) -> List[_Profile]:
         ps = list(self.profiles.values())
         if not self.by:
-            return sorted(ps, key=lambda p: (p.thread.serial >> PROC_SHIFT, not p.thread.main, p.thread.serial))
+            return sorted(ps, key=lambda p: (p.type.index, p.thread.serial >> PROC_SHIFT, not p.thread.main,
+                                             p.thread.serial))
         if self.by == "endpoint":
-            return sorted(ps, key=lambda p: (p.unit is None, -p.total, endpoint_name(p.unit)))
-        return sorted(ps, key=lambda p: (p.unit is None, (p.unit["begin_ns"] or 0) if p.unit else 0,
+            return sorted(ps, key=lambda p: (p.type.index, p.unit is None, -p.total, endpoint_name(p.unit)))
+        return sorted(ps, key=lambda p: (p.type.index, p.unit is None, (p.unit["begin_ns"] or 0) if p.unit else 0,
                                          p.unit["span"] if p.unit else 0))
 
-    def add(self, thread, stack, state, t_ns, count) -> None:
-        p = self.profiles.get(thread)
-        if p is None:
-            p = self.profiles[thread] = _Profile(thread)
-            p.first_ns = t_ns
-        p.last_ns = t_ns
-        sid = self._stack(stack)
-        p.add(sid, self.period_ns * count)
+    def add(self, thread, stack, state, t_ns, count, values=None) -> None:
+        for typ, w in self._weights(count, values):
+            self._into(thread, thread, None, typ, t_ns, stack, w)
 
     def render(self, out: IO) -> None:
         h = self.header
@@ -135,7 +155,7 @@ class SpeedscopeReporter(Reporter):
         for n, p in enumerate(profiles):
             p.flush()
             out.write(("," if n else "") + '{"type":"sampled","name":' + json.dumps(self._profile_name(p))
-                      + f',"unit":"nanoseconds","startValue":0,"endValue":{p.total},"samples":[')
+                      + f',"unit":"{self.UNITS.get(p.type.unit, "none")}","startValue":0,"endValue":{p.total},"samples":[')
             cache: Dict[int, str] = {}
 
             def stack_text(sid: int) -> str:

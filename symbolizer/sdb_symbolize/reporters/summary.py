@@ -50,8 +50,14 @@ class SummaryReporter(Reporter):
             groups = sorted(self.processes, key=lambda g: g.proc)
         where = (f"{len(self.processes)} processes" if len(self.processes) > 1 else
                  f"pid {h.get('pid')}")
-        out.write(f"sdb summary: {n:,} samples ({self.period_ns / 1e6:g} ms each, {rate}), "
-                  f"{len(self.threads)} thread(s); {where}, ruby {printable(h.get('ruby'))}\n")
+        t = self.sample_type
+        if not self.names_type:
+            what = f"{n:,} samples ({self.period_ns / 1e6:g} ms each, {rate})"
+        elif t.sampled:
+            what = f"{n:,} samples of {self.type_words()} ({t.value / 1e6:g} ms each, {rate})"
+        else:
+            what = f"{n:,} {printable(t.unit)} of {printable(self.type_words())}"
+        out.write(f"sdb summary: {what}, {len(self.threads)} thread(s); {where}, ruby {printable(h.get('ruby'))}\n")
         for g in groups:
             if g is not None:
                 ths = sum(1 for t in self.threads if t.process is g)
@@ -61,8 +67,12 @@ class SummaryReporter(Reporter):
                     out.write(f"\n{printable(g.label)}: no samples shown{ended} (without --idle, those "
                               f"of blocked threads are left out; the filters apply too)\n")
                     continue
-                out.write(f"\n{printable(g.label)}: {m:,} samples, {ths} thread(s){ended}\n")
+                out.write(f"\n{printable(g.label)}: {m:,} {self.counted()}, {ths} thread(s){ended}\n")
             self.table(out, {st: c for (gg, st), c in self.by_stack.items() if gg is g})
+
+    def counted(self) -> str:
+        """What the numbers count: samples, or a measured type's unit."""
+        return "samples" if self.sample_type.sampled else printable(self.sample_type.unit)
 
     def table(self, out: IO, by_stack: Dict) -> None:
         own: Counter = Counter()
@@ -77,7 +87,7 @@ class SummaryReporter(Reporter):
             own[ks[-1]] += count
             for k in set(ks):
                 total[k] += count
-        out.write(f"{'TOTAL':>10} {'(pct)':>9} {'SAMPLES':>10} {'(pct)':>9}  {self.what}\n")
+        out.write(f"{'TOTAL':>10} {'(pct)':>9} {self.counted().upper()[:10]:>10} {'(pct)':>9}  {self.what}\n")
         pct = (lambda c: 100.0 * c / n) if n else (lambda c: 0.0)
         for k in sorted(total, key=lambda k: (-own[k], -total[k], self.describe(k))):
             out.write(f"{total[k]:>10} {pct(total[k]):>8.2f}% {own[k]:>10} {pct(own[k]):>8.2f}%  "
