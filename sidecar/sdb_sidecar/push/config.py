@@ -38,30 +38,30 @@ class PushConfig:
 
 
 def destination(text: str) -> Destination:
-    """argparse type of --push: `KIND=URL`."""
+    """One --push value, `KIND=URL` (SdbError(Exit.USAGE) if it is not one)."""
     kind, eq, url = text.partition("=")
     kind = kind.strip().lower()
     if not eq or kind not in KINDS:
-        raise argparse.ArgumentTypeError(f"{text!r}: say KIND=URL, KIND one of {', '.join(KINDS)} "
-                                         f"(e.g. pyroscope=http://pyroscope:4040)")
+        raise SdbError(f"--push {text!r}: say KIND=URL, KIND one of {', '.join(KINDS)} "
+                                         f"(e.g. pyroscope=http://pyroscope:4040)", Exit.USAGE)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
-        raise argparse.ArgumentTypeError(f"{text!r}: the URL must start with http:// or https://")
+        raise SdbError(f"--push {text!r}: the URL must start with http:// or https://", Exit.USAGE)
     if not parts.hostname:
-        raise argparse.ArgumentTypeError(f"{text!r}: the URL has no host")
+        raise SdbError(f"--push {text!r}: the URL has no host", Exit.USAGE)
     if parts.query or parts.fragment:
-        raise argparse.ArgumentTypeError(f"{text!r}: the URL must have no ?query or #fragment")
+        raise SdbError(f"--push {text!r}: the URL must have no ?query or #fragment", Exit.USAGE)
     try:
         parts.port
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: the URL's port is not a number from 1 to 65535") from None
+        raise SdbError(f"--push {text!r}: the URL's port is not a number from 1 to 65535", Exit.USAGE) from None
     return Destination(kind, url.rstrip("/"))
 
 
 def add_push_arguments(p: argparse.ArgumentParser) -> None:
     from ..commands.common import positive_float
     g = p.add_argument_group("pushing profiles while recording")
-    g.add_argument("--push", type=destination, action="append", default=[], metavar="KIND=URL",
+    g.add_argument("--push", action="append", default=[], metavar="KIND=URL",
                    help="every --push-interval, send that interval's profiles to a backend: "
                         "pyroscope=http://pyroscope:4040 (Connect Push API), otlp=http://collector:4318 (OTLP "
                         "profiles over HTTP); repeatable. Credentials: $SDB_PUSH_TOKEN (bearer) or "
@@ -134,18 +134,19 @@ def push_config(args) -> Optional[PushConfig]:
     for a bad value."""
     if not args.push:
         return None
+    destinations = tuple(destination(text) for text in args.push)
     if args.push_interval < 1:
         raise SdbError(f"--push-interval {args.push_interval:g}: at least 1 second", Exit.USAGE)
     if args.push_ca is not None and not os.access(args.push_ca, os.R_OK):
         raise SdbError(f"--push-ca {args.push_ca}: cannot read it", Exit.USAGE)
     if args.service is not None and not args.service.strip():
         raise SdbError("--service: empty name", Exit.USAGE)
-    if any(d.kind == "otlp" for d in args.push):
+    if any(d.kind == "otlp" for d in destinations):
         from .otlp import available
         if not available():
             raise SdbError("--push otlp=...: this sdb's symbolizer has no otlp format", Exit.USAGE)
     env = _read_auth_file(args.push_auth_file) if args.push_auth_file else dict(os.environ)
-    return PushConfig(destinations=tuple(args.push), interval_s=args.push_interval, service=args.service,
+    return PushConfig(destinations=destinations, interval_s=args.push_interval, service=args.service,
                       ca_file=args.push_ca, queue_bytes=int(args.push_queue * (1 << 20)),
                       headers=auth_headers(env, args.push_tenant), ingest=args.push_ingest,
                       timeout_s=args.push_timeout)

@@ -128,7 +128,8 @@ class Pusher:
 
     def _notice(self, message: str) -> None:
         try:
-            self.stream.write(f"\nsdb: push: {message}\n")
+            tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+            self.stream.write(f"{chr(13) + chr(27) + '[K' if tty else ''}sdb: push: {message}\n")
             self.stream.flush()
         except (OSError, ValueError):
             pass
@@ -139,8 +140,11 @@ class Pusher:
         self.thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.config.interval_s):
+        # cuts on a grid from the start (interval, 2 x interval, ...): a late cut does not shift the next
+        every, t0, k = self.config.interval_s, time.monotonic(), 1
+        while not self._stop.wait(max(0.0, t0 + k * every - time.monotonic())):
             self.cut()
+            k = int((time.monotonic() - t0) // every) + 1
 
     def cut(self) -> None:
         with self._lock:
@@ -187,6 +191,18 @@ class Pusher:
     def counts(self) -> Dict[str, dict]:
         return {"profiles": self.profiles, "samples": self.samples,
                 "destinations": {s.name: s.counts() for s in self.senders}}
+
+    @staticmethod
+    def result_lines(counts: Dict[str, dict]) -> List[str]:
+        """After the recording: one line per destination (from the end record's `push` counts)."""
+        lines = []
+        for name, c in counts["destinations"].items():
+            why = [f"{c[k]} {w}" for k, w in (("dropped_queue_full", "with the queue full"),
+                                              ("rejected", "refused or failed"),
+                                              ("unsent_at_exit", "unsent at the end")) if c[k]]
+            lines.append(f"sdb: pushed {c['sent']} of {counts['profiles']} intervals' profiles to {printable(name)}: "
+                         f"{c['retried']} retries, {c['dropped']} dropped" + (f" ({', '.join(why)})" if why else ""))
+        return lines
 
     def summary(self) -> str:
         """For the status line: `pushed 4, retried 1, dropped 0` (summed over destinations)."""
