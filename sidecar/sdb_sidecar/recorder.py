@@ -100,6 +100,8 @@ def record(target: Target, out_path: str, opts: Options, status_stream=None, on_
         # the sampler threads run without the GIL: they must be stopped before this exception can
         # reach the interpreter's exit
         tree.abort()
+        if pusher is not None:
+            pusher.abandon()
         for s, h in old.items():
             signal.signal(s, h)
         if isinstance(e, TraceWriteError):

@@ -61,6 +61,24 @@ def stacks(p) -> set:
     return {(s["labels"]["thread_name"], tuple(s["frames"])) for s in p["samples"]}
 
 
+def down_then_up(sidecar_process, target, trace, receiver, *push_args, seconds, down_s):
+    """A recording that pushes to a backend that is down until the sidecar said so and down_s
+    seconds of samples (of the program's 3 threads) are in the trace: (stderr, trace, push counts,
+    the one destination's counts, the wall profiles received)."""
+    receiver.down()
+    proc = attach(sidecar_process, target, trace, "--push", f"pyroscope={receiver.url}", *push_args,
+                  seconds=seconds)
+    wait_for(lambda: "connection refused" in proc.stderr_so_far(), 60, what="the refused notice")
+    wait_for(lambda: samples_so_far(trace) >= 3 * 1000 * down_s, 60, what=f"{down_s} s of samples")
+    receiver.up()
+    err = finished(proc)
+    assert proc.returncode == 0, err
+    t = read_trace(trace)
+    counts = t.end["push"]
+    (dest,) = counts["destinations"].values()
+    return err, t, counts, dest, pushed_profiles(receiver)
+
+
 def test_each_interval_arrives_as_named_profiles_with_the_trace_s_samples(ruby_target, sidecar_process, receiver,
                                                                           tmp_path):
     # GIVEN a program with a busy thread and a blocked one
@@ -139,20 +157,10 @@ def test_backend_down_then_up_loses_nothing_within_the_queue(ruby_target, sideca
     # GIVEN a backend that is down when the recording starts
     target = ruby_target("thread_states.rb")
     trace = tmp_path / "trace.msgpack"
-    receiver.down()
-    proc = attach(sidecar_process, target, trace, "--push", f"pyroscope={receiver.url}", "--push-interval", "2",
-                  seconds=14)
-    # WHEN it comes up once the sidecar found it down and 6 s of samples are in the trace
-    wait_for(lambda: "connection refused" in proc.stderr_so_far(), 60, what="the refused notice")
-    wait_for(lambda: samples_so_far(trace) >= 3 * 6000, 60, what="6 s of samples")
-    receiver.up()
-    err = finished(proc)
-    assert proc.returncode == 0, err
+    # WHEN it comes up once the sidecar found it down and 4 s of samples are in the trace
+    err, t, counts, dest, walls = down_then_up(sidecar_process, target, trace, receiver, "--push-interval", "2",
+                                               seconds=14, down_s=4)
     # THEN every interval arrived (retried), none dropped, and the refusal was said once
-    t = read_trace(trace)
-    counts = t.end["push"]
-    (dest,) = counts["destinations"].values()
-    walls = pushed_profiles(receiver)
     assert dest["dropped"] == 0 and dest["retried"] >= 1 and dest["sent"] == counts["profiles"] == len(walls), dest
     assert sum(sum(s["value"][0] for s in p["samples"]) for _, p in walls) == len(t.samples)
     assert sum(1 for line in err.splitlines() if line.startswith(PUSH_LINE)) == 1, err
@@ -163,19 +171,10 @@ def test_backend_down_beyond_the_queue_drops_the_oldest_and_counts_them(ruby_tar
     # GIVEN a backend that is down, and a queue that holds about one interval's request (a few KiB)
     target = ruby_target("thread_states.rb")
     trace = tmp_path / "trace.msgpack"
-    receiver.down()
-    proc = attach(sidecar_process, target, trace, "--push", f"pyroscope={receiver.url}", "--push-interval", "1",
-                  "--push-queue", "0.006", seconds=12)
-    wait_for(lambda: "connection refused" in proc.stderr_so_far(), 60, what="the refused notice")
-    wait_for(lambda: samples_so_far(trace) >= 3 * 6000, 60, what="6 s of samples")
-    receiver.up()
-    err = finished(proc)
-    assert proc.returncode == 0, err
+    # WHEN it comes up once the sidecar found it down and 8 s of samples (8 intervals) are in the trace
+    err, t, counts, dest, walls = down_then_up(sidecar_process, target, trace, receiver, "--push-interval", "1",
+                                               "--push-queue", "0.006", seconds=16, down_s=8)
     # THEN what was received and what was dropped add up to every interval, and some were dropped
-    t = read_trace(trace)
-    counts = t.end["push"]
-    (dest,) = counts["destinations"].values()
-    walls = pushed_profiles(receiver)
     assert dest["sent"] == len(walls)
     assert dest["sent"] + dest["dropped"] == counts["profiles"], dest
     assert dest["dropped_queue_full"] >= 1, dest

@@ -188,6 +188,15 @@ class Pusher:
                 s.unsent += s.queue.profiles() + (s.in_flight.profiles if s.in_flight is not None else 0)
         return self.counts()
 
+    def abandon(self) -> None:
+        """The recording failed: stop cutting and sending now, without waiting (nothing more is told)."""
+        self._stop.set()
+        for s in self.senders:
+            s.deadline = 0.0
+            s.notice = lambda message: None
+            s.finishing.set()
+            s.queue.close()
+
     def counts(self) -> Dict[str, dict]:
         return {"profiles": self.profiles, "samples": self.samples,
                 "destinations": {s.name: s.counts() for s in self.senders}}
