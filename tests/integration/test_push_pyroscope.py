@@ -5,6 +5,7 @@ trace is written as without --push; a backend that is down, slow or refusing cos
 profiles it refuses, each counted, each kind of failure one line."""
 from __future__ import annotations
 
+import glob
 import subprocess
 import sys
 from pathlib import Path
@@ -281,3 +282,21 @@ def test_the_real_pyroscope_client_s_push_decodes_in_the_same_receiver(receiver)
         {("pyapp", "process_cpu", "x")}
     frames = {f for _, p in profiles for s in p["samples"] for f in s["frames"]}
     assert "crunch_numbers" in frames, frames
+
+
+def test_with_rotation_every_file_s_samples_are_pushed_once(ruby_target, sidecar_process, receiver, tmp_path):
+    # GIVEN a recording rotated every 5 s, pushing every 2 s (cuts that see two files at once)
+    target = ruby_target("thread_states.rb")
+    stem = tmp_path / "rot"
+    proc = attach(sidecar_process, target, f"{stem}.msgpack", "--rotate", "5s", "--push", f"pyroscope={receiver.url}",
+                  "--push-interval", "2", seconds=13)
+    err = finished(proc)
+    assert proc.returncode == 0 and PUSH_LINE not in err, err
+    files = sorted(glob.glob(f"{stem}.*.msgpack"))
+    assert len(files) >= 3, files
+    # THEN the pushed wall profiles hold every sample of every file, once
+    total = sum(len(read_trace(f).samples) for f in files)
+    walls = pushed_profiles(receiver)
+    assert sum(sum(s["value"][0] for s in p["samples"]) for _, p in walls) == total
+    (dest,) = read_trace(files[-1]).end["push"]["destinations"].values()
+    assert dest["sent"] == read_trace(files[-1]).end["push"]["profiles"] and dest["dropped"] == 0, dest
