@@ -37,6 +37,7 @@ class ProfileOptions:
     labels: str = LABELS_SDB            # frame label convention (labels.LABEL_CONVENTIONS)
     # output
     json_frames: bool = False           # json: every sample line carries its frames
+    service: Optional[str] = None       # otlp: the resources' service.name (None: the recording's process title)
 
     def __post_init__(self):
         # a list given for a tuple is taken (and frozen) as it is

@@ -16,6 +16,7 @@ class Recording:
     shown_spans: List[dict] = field(default_factory=list)   # the spans the filters keep, in the order they began
     processes: List[Process] = field(default_factory=list)  # the processes the filters keep (one for most traces)
     thread_of: Optional[Callable[[int], Thread]] = None     # a thread id of the trace -> its Thread
+    process_records: Dict[int, dict] = field(default_factory=dict)  # Process.proc -> its `process` record, if any
 
     @property
     def end_ns(self) -> Optional[int]:
