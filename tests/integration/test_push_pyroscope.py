@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import otlp_decode
 from conftest import SIDECAR, SYMBOLIZE, read_trace, samples_so_far, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
@@ -300,3 +301,40 @@ def test_with_rotation_every_file_s_samples_are_pushed_once(ruby_target, sidecar
     assert sum(sum(s["value"][0] for s in p["samples"]) for _, p in walls) == total
     (dest,) = read_trace(files[-1]).end["push"]["destinations"].values()
     assert dest["sent"] == read_trace(files[-1]).end["push"]["profiles"] and dest["dropped"] == 0, dest
+
+
+def test_otlp_push_sends_each_interval_with_the_trace_s_samples_and_names(ruby_target, sidecar_process, receiver,
+                                                                          tmp_path):
+    # GIVEN a program recorded for 11 s, pushing OTLP profiles every 5 s (cuts at 5, 10 s and the end)
+    target = ruby_target("thread_states.rb")
+    trace = tmp_path / "trace.msgpack"
+    proc = attach(sidecar_process, target, trace, "--push", f"otlp={receiver.url}", "--push-interval", "5",
+                  "--service", "otlp-svc", seconds=11)
+    err = finished(proc)
+    assert proc.returncode == 0 and PUSH_LINE not in err, err
+    t = read_trace(trace)
+    counts = t.end["push"]
+    # THEN three requests arrived at /v1development/profiles, decoded by the official generated classes
+    assert receiver.errors == []
+    assert [rec.endpoint for rec in receiver.received] == ["otlp"] * 3 and counts["profiles"] == 3, counts
+    got_times, got_stacks = [], set()
+    for rec in receiver.received:
+        otlp_decode.check_dictionary(rec.otlp)
+        for rp in rec.otlp.resource_profiles:
+            attrs = otlp_decode.resource_attributes(rp)
+            assert attrs["service.name"] == "otlp-svc" and attrs["process.pid"] == target.pid, attrs
+        for s in otlp_decode.samples(rec.otlp):
+            if s.type == "wall":
+                got_times += s.timestamps
+                got_stacks.add((s.attributes.get("thread.name"), s.frames))
+    # AND their wall samples are the trace's, each at its moment, none twice
+    h = t.header
+    assert sorted(got_times) == sorted(x[0] - h["start_mono_ns"] + h["start_wall_ns"] for x in t.samples)
+    # AND named as sdb-symbolize names them in its OTLP profile of the trace
+    local = tmp_path / "local.otlp"
+    r = subprocess.run([*SYMBOLIZE, str(trace), "--format", "otlp", "--idle", "-o", str(local)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    want = {(s.attributes.get("thread.name"), s.frames)
+            for s in otlp_decode.samples(otlp_decode.decode(local.read_bytes())) if s.type == "wall"}
+    assert got_stacks == want

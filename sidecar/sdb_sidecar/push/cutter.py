@@ -48,13 +48,14 @@ class StreamTap:
 @dataclass
 class Interval:
     """The samples of one trace file written between two cuts: their count, their first and last
-    moments (wall clock, ns) and the recording's header; `render(fmt)` gives their profile
-    (sdb_symbolize's formats: "pprof", "otlp"...), as sdb-symbolize would make it of these samples."""
+    moments (wall clock, ns) and the recording's header; `render(fmt, **options)` gives their
+    profile (sdb_symbolize's formats: "pprof", "otlp"...; more ProfileOptions fields as keywords), as
+    sdb-symbolize would make it of these samples (blocked threads' too)."""
     samples: int
     start_wall_ns: int
     end_wall_ns: int                # the last sample's moment plus one tick period
     header: dict
-    render: Callable[[str], bytes]
+    render: Callable[..., bytes]
 
 
 class _File:
@@ -127,10 +128,10 @@ class IntervalCutter:
                 trace = f.trace
                 period = int(1e9 / f.header["rate_hz"]) if f.header.get("rate_hz") else 0
 
-                def render(fmt: str, trace=trace) -> bytes:
+                def render(fmt: str, trace=trace, **options) -> bytes:
                     from sdb_symbolize.options import ProfileOptions
                     from sdb_symbolize.profile import render_bytes
-                    return render_bytes(trace, ProfileOptions(format=fmt, idle=True))
+                    return render_bytes(trace, ProfileOptions(format=fmt, idle=True, **options))
                 try:
                     on_interval(Interval(f.samples, f.wall_ns(f.lo), f.wall_ns(f.hi) + period, f.header, render))
                 finally:

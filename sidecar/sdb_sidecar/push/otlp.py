@@ -22,5 +22,5 @@ def available() -> bool:
 
 
 def encode(interval: Interval, service: str, ingest: bool = False) -> List[Payload]:
-    body = interval.render("otlp")
+    body = interval.render("otlp", service=service)
     return [Payload(PATH, body, {"Content-Type": "application/x-protobuf"}, samples=interval.samples)]
