@@ -82,3 +82,16 @@ def test_credentials_come_from_the_environment_or_a_file(tmp_path, monkeypatch):
     assert e.value.code == Exit.USAGE and "line 1" in str(e.value)
     with pytest.raises(SdbError):
         auth_headers({"SDB_PUSH_TOKEN": "a\r\nX-Evil: 1"}, None)
+
+
+@pytest.mark.parametrize("status,verdict", [(200, "sent"), (204, "sent"), (401, "drop"), (403, "drop"),
+                                            (404, "drop"), (413, "drop"), (429, "retry"), (500, "retry"),
+                                            (502, "retry"), (503, "retry"), (400, "drop")])
+def test_each_answer_is_retried_only_where_a_later_try_can_succeed(status, verdict):
+    from sdb_sidecar.push.transport import Transport
+    out = Transport._answer(status, "Reason", "3" if status == 429 else None, b"why\nmore", "http://h/x")
+    assert out.verdict == verdict
+    if verdict != "sent":
+        assert f"HTTP {status}" in out.message and "\n" not in out.message
+    if status == 429:
+        assert out.retry_after_s == 3.0
