@@ -33,11 +33,11 @@ $(STAMPS)/machine: scripts/setup-machine
 	@touch $@
 
 # The virtualenv uses Debian's python3, whose bcc module (python3-bpfcc) it reaches by path.
-$(STAMPS)/venv: pyproject.toml setup.py $(STAMPS)/machine
+$(STAMPS)/venv: pyproject.toml setup.py Makefile $(STAMPS)/machine
 	@mkdir -p $(STAMPS)
 	test -x $(PY) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip setuptools wheel
-	$(PY) -m pip install -q --disable-pip-version-check "cython>=3.0" "msgpack>=1.0" "pytest>=7" "pyelftools>=0.29" "protobuf>=4.21" "hypothesis>=6.100" "zstandard>=0.20"
+	$(PY) -m pip install -q --disable-pip-version-check "cython>=3.0" "msgpack>=1.0" "pytest>=7" "pyelftools>=0.29" "protobuf>=4.21" "hypothesis>=6.100" "zstandard>=0.20" "opentelemetry-proto==1.45.2" "pyroscope-io==1.4.0"
 	echo /usr/lib/python3/dist-packages > $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-debian-bcc.pth
 	$(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e . > $(BUILD)/pip-install.log 2>&1 || { cat $(BUILD)/pip-install.log; exit 1; }
 	@touch $@

@@ -100,6 +100,12 @@ def per_thread(fmt: str, data: bytes, period_ns: int) -> Dict[str, int]:
     elif fmt == "json":
         for rec in read_samples(data.decode().splitlines()):
             add(rec["thread"], 1)
+    elif fmt == "otlp":
+        from otlp_decode import decode, samples
+        for s in samples(decode(data)):
+            if s.type == "wall":
+                assert s.values == [period_ns] * len(s.timestamps)
+                add(f"thread {s.attributes['thread.name']} (tid {s.attributes['thread.id']})", len(s.timestamps))
     else:
         raise AssertionError(f"no reader for {fmt}")
     return out

@@ -25,6 +25,7 @@ class Options:
     rotate_s: float = 0.0            # a new trace file every this many seconds (0: one file) ...
     rotate_bytes: int = 0            # ... or once the file holds this many bytes (0: never)
     keep: int = 12                   # rotated files kept (the newest; older ones are removed)
+    push: object = None              # a push.config.PushConfig: profiles pushed while recording (None: not)
 
     @classmethod
     def from_args(cls, args, **overrides) -> "Options":

@@ -19,6 +19,7 @@ from sdb_trace.output import open_output as open_safely, printable
 from . import __version__, _sampler
 from .errors import Exit, SdbError
 from .options import Options
+from .push.pusher import Pusher
 from .process import forget
 from .rotation import Files
 from .session import STALL_GRACE_S, EbpfHub, Session, new_sampler, realtime_sampling
@@ -75,9 +76,10 @@ def record(target: Target, out_path: str, opts: Options, status_stream=None, on_
         "layout": target.info["layout"], "rate_hz": opts.rate_hz, "hostname": socket.gethostname(),
         "sdb_version": __version__, "command": target.command, "max_depth": opts.max_depth,
     }
+    pusher = Pusher(opts.push, target.command, status_stream) if opts.push is not None else None
     writer = TraceWriter(out, {**header, "start_mono_ns": _sampler.monotonic_ns(), "start_wall_ns": _sampler.wall_ns()},
-                         batched=True)
-    tree = Tree(target, sampler, writer, opts, header=header, files=files, out=out)
+                         batched=True, tap=pusher.tap.for_writer() if pusher is not None else None)
+    tree = Tree(target, sampler, writer, opts, header=header, files=files, out=out, pusher=pusher)
 
     def on_stop_signal(signum, frame):
         tree.interrupt()
@@ -88,6 +90,8 @@ def record(target: Target, out_path: str, opts: Options, status_stream=None, on_
     status = StatusLine(status_stream, opts.quiet, opts.rate_hz, tree)
     try:
         tree.start()
+        if pusher is not None:
+            pusher.start()
         while tree.running():
             tree.step()
             status.update()
@@ -96,6 +100,8 @@ def record(target: Target, out_path: str, opts: Options, status_stream=None, on_
         # the sampler threads run without the GIL: they must be stopped before this exception can
         # reach the interpreter's exit
         tree.abort()
+        if pusher is not None:
+            pusher.abandon()
         for s, h in old.items():
             signal.signal(s, h)
         if isinstance(e, TraceWriteError):
@@ -113,6 +119,10 @@ def record(target: Target, out_path: str, opts: Options, status_stream=None, on_
         sys.stderr.write(f"sdb: warning: the sampler thread did not stop {d + 2 * STALL_GRACE_S:.0f} s "
                          f"into a {d:g} s recording; the trace holds what it gathered\n")
     counts = tree.counts()
+    if pusher is not None:
+        # every sample is written: the last interval is cut and sent (within the pusher's deadline)
+        counts["push"] = pusher.finish()
+        tree.writer.tap = None
     try:
         tree.writer.end(**tree.file_counts(counts))
     except TraceWriteError as e:
@@ -259,8 +269,9 @@ class Tree:
     signal): the others are stopped then. One eBPF hub serves every process."""
 
     def __init__(self, root: Target, sampler, writer: TraceWriter, opts: Options, header: Optional[dict] = None,
-                 files: Optional["Files"] = None, out=None):
+                 files: Optional["Files"] = None, out=None, pusher: Optional[Pusher] = None):
         self.root = root
+        self.pusher = pusher                             # --push: its tap goes to each new file's writer
         self.writer = writer
         self.opts = opts
         self.header = header or {}
@@ -480,7 +491,7 @@ class Tree:
         out = open_output(path)
         at_ns = _sampler.monotonic_ns()
         writer = TraceWriter(out, {**self.header, "start_mono_ns": at_ns, "start_wall_ns": _sampler.wall_ns()},
-                             batched=True)
+                             batched=True, tap=self.pusher.tap.for_writer() if self.pusher is not None else None)
         live = [pr for pr in self.by_proc if pr.thread.is_alive()]
         for pr in live:
             self._process_record(writer, pr, pr.title)

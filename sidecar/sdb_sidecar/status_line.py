@@ -48,6 +48,9 @@ class StatusLine:
             text += f", unnamed {unnamed}"
         ebpf = drainers[0].ebpf if drainers else None
         pauses = len(ebpf.pauses) if ebpf is not None else 0
+        pusher = getattr(self.tree, "pusher", None)
+        if pusher is not None:
+            text += ", " + pusher.summary()
         if pauses:
             text += (f", eBPF paused {pauses}x (ISeqs created > {ebpf.max_rate:g}/s"
                      f"{', now' if ebpf.paused else ''})")

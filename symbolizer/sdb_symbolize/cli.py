@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--json-frames", action="store_true",
                      help="json: every sample line carries its frames (larger: a stack is repeated for each of "
                           "its samples), instead of naming a stack defined once on a line of its own")
+    out.add_argument("--service", metavar="NAME",
+                     help="otlp: the service.name of its resources (default: the recorded process's title)")
     out.add_argument("--no-progress", dest="progress", action="store_false",
                      help="no progress line on stderr (it shows only on a terminal, for long runs)")
     p.add_argument("--version", action="version", version=f"sdb {__version__}")
@@ -115,7 +117,7 @@ def options_from_args(args: argparse.Namespace) -> ProfileOptions:
                           threads=args.thread or (), pids=args.pid or (), from_s=args.from_s, to_s=args.to_s,
                           endpoints=args.endpoint or (), slower_than_ms=args.slower_than_ms, states=args.states,
                           merge_processes=args.merge_processes, by=args.by, lines=args.lines, labels=args.labels,
-                          json_frames=args.json_frames, sample_type=args.sample_type)
+                          json_frames=args.json_frames, sample_type=args.sample_type, service=args.service)
 
 
 def main(argv=None) -> int:

@@ -111,7 +111,8 @@ class Profile:
         recording = Recording(header=tables.header, end=tables.end, spans=samples.spans,
                               shown_spans=samples.spans_shown(),
                               processes=[c.process for c in samples.ctx.values()], thread_of=samples.thread,
-                              sample_types=samples.types, sample_type=samples.chosen)
+                              sample_types=samples.types, sample_type=samples.chosen,
+                              process_records={proc: c.t.process for proc, c in samples.ctx.items() if c.t.process})
         self.reporter = cls(recording, options)
 
     @property

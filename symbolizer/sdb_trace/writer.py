@@ -27,10 +27,13 @@ class TraceWriter:
     file ends (`end` closes the frame). If a write fails, the file is truncated back to the end of
     the last batch flushed whole (so it ends between two records and reads as a recording cut
     short), `TraceWriteError` is raised once, and every later record is dropped (so code cleaning
-    up after the failure does not fail again)."""
+    up after the failure does not fail again). tap: called with each record's msgpack bytes as it
+    is written, before compression, from the header on (the sidecar's --push reads the stream)."""
 
-    def __init__(self, out: IO[bytes], header: dict, batched: bool = False, compress: bool = True):
+    def __init__(self, out: IO[bytes], header: dict, batched: bool = False, compress: bool = True,
+                 tap: Optional[Callable[[bytes], None]] = None):
         self._out = out
+        self.tap = tap
         self._packer = msgpack.Packer(unicode_errors="replace")
         self._buf = bytearray()
         self._batched = batched
@@ -57,6 +60,8 @@ class TraceWriter:
         self._put(self._packer.pack(rec))
 
     def _put(self, data: bytes) -> None:
+        if self.tap is not None:
+            self.tap(data)
         self._buf += data
         if not self._batched:
             self._send()

@@ -71,6 +71,11 @@ def names_and_counts(fmt, data: bytes):
         locs = {l.id: funcs[l.line[0].function_id] for l in p.location}
         for s in p.sample:
             out[locs[s.location_id[0]]] = out.get(locs[s.location_id[0]], 0) + s.value[0]
+    elif fmt == "otlp":
+        from otlp_decode import decode, samples
+        for s in samples(decode(data)):
+            if s.type == "wall" and s.attributes.get("thread.name") == "main":
+                out[s.labels[-1]] = out.get(s.labels[-1], 0) + len(s.timestamps)
     elif fmt == "firefox":
         for th in json.loads(data)["threads"]:
             st, fr, fn, strings = th["stackTable"], th["frameTable"], th["funcTable"], th["stringArray"]

@@ -5,6 +5,7 @@ import argparse
 from ..options import Options
 from ..recorder import record
 from ..target import open_target
+from ..push.config import add_push_arguments, push_config
 from .common import add_recording_arguments, finish_recording
 
 
@@ -17,9 +18,11 @@ class AttachCommand:
     def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument("--pid", "-p", type=int, required=True, help="the Ruby process to record")
         add_recording_arguments(p)
+        add_push_arguments(p)
 
     @staticmethod
     def run(args) -> int:
+        push = push_config(args)
         target = open_target(args.pid)
-        counts = record(target, args.output, Options.from_args(args))
+        counts = record(target, args.output, Options.from_args(args, push=push))
         return finish_recording(args, counts)

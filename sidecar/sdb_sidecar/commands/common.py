@@ -164,6 +164,9 @@ def finish_recording(args, counts: dict) -> int:
     symbolizer's library, exactly as the printed sdb-symbolize command would), or print the commands
     to run. Returns sdb-symbolize's exit code (0 when no profile was asked for)."""
     files = counts.get("files") or [args.output]
+    if counts.get("push") and not args.quiet:
+        from ..push.pusher import Pusher
+        sys.stderr.write("".join(line + "\n" for line in Pusher.result_lines(counts["push"])))
     where = files[0] if len(files) == 1 else f"{len(files)} files ({files[0]} ... {files[-1]})"
     if args.format:
         rc = 0

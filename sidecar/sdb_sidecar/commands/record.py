@@ -20,6 +20,7 @@ from ..process import exiting
 from ..recorder import record
 from ..target import open_target, registry_path
 from ..tree import descendants
+from ..push.config import add_push_arguments, push_config
 from .common import add_recording_arguments, check_output_dir, finish_recording
 
 RUBY_NAME = re.compile(r"^ruby[0-9.]*$")
@@ -49,6 +50,7 @@ class RecordCommand:
     @staticmethod
     def add_arguments(p: argparse.ArgumentParser) -> None:
         add_recording_arguments(p)
+        add_push_arguments(p)
         p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]",
                        help="the command to run, e.g. -- ruby app.rb, -- bin/rails server, -- bundle exec rake")
 
@@ -60,6 +62,7 @@ class RecordCommand:
         if not argv:
             raise SdbError("no program to run: sdb-sidecar record [options] -- ruby app.rb", Exit.USAGE)
         check_output_dir(args.output)
+        args.push_config = push_config(args)
         env = env_with_gem(argv)
         return Recording(args, argv, env).run()
 
@@ -91,7 +94,7 @@ class Recording:
         old = {s: signal.signal(s, self.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         counts = error = None
         try:
-            opts = Options.from_args(self.args, quiet=True, from_start=True)
+            opts = Options.from_args(self.args, quiet=True, from_start=True, push=self.args.push_config)
             # bcc changes the process's working directory while it compiles (to the kernel's
             # headers): nothing may be resolved against it from now on
             output = os.path.abspath(self.args.output)

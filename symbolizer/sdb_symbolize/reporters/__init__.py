@@ -5,6 +5,7 @@ from .endpoints import EndpointsReporter
 from .firefox import FirefoxReporter
 from .flamegraph import FlamegraphReporter
 from .json_lines import JsonReporter
+from .otlp import OtlpReporter
 from .pprof import PprofReporter
 from .speedscope import SpeedscopeReporter
 from .summary import SummaryReporter
@@ -12,4 +13,4 @@ from .summary_by_line import SummaryByLineReporter
 
 REPORTERS = {r.name: r for r in (CollapsedReporter, SpeedscopeReporter, PprofReporter, FlamegraphReporter,
                                  FirefoxReporter, SummaryReporter, SummaryByLineReporter, JsonReporter,
-                                 EndpointsReporter)}
+                                 EndpointsReporter, OtlpReporter)}

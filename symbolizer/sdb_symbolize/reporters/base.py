@@ -20,6 +20,7 @@ class Recording:
     thread_of: Optional[Callable[[int], Thread]] = None     # a thread id of the trace -> its Thread
     sample_types: Optional[List[SampleType]] = None         # what its samples measure (None: the header's)
     sample_type: int = 0                                    # the index of the type single-type outputs show
+    process_records: Dict[int, dict] = field(default_factory=dict)  # Process.proc -> its `process` record, if any
 
     @property
     def end_ns(self) -> Optional[int]:

@@ -1,0 +1,185 @@
+"""Grafana Pyroscope's ingestion, from its published API: the Connect push API (`POST
+/push.v1.PusherService/Push`, a binary push.v1.PushRequest, gzip) and, for older servers, `POST
+/ingest?name=&from=&until=&format=pprof&sampleRate=&spyName=` (the pprof as the body).
+
+Each interval makes two profiles from the profile library's one pprof (its names untouched):
+  wall (__name__ "wall"): every thread's samples, each labelled with its thread state;
+  cpu (__name__ "process_cpu"): the samples of running threads alone, value type cpu/nanoseconds.
+Labels: the series carries `service_name` and `__name__` (what a Pyroscope series is). Pyroscope
+turns a pprof sample's string labels into series labels too, so the samples keep only the labels
+whose values stay few: `thread_name`, `thread_state`, `pid` (as text), `process`, `endpoint`, `job`.
+`thread_id` (one series per OS thread, churning with thread pools) and `request_id` (one per request:
+unbounded) are left out for Pyroscope. That is 8 label names at most, under its limit of 30. Its
+other limits (16,000 samples, 4 MiB a profile) are kept by splitting a larger profile into several
+RawSamples of the same series, which Pyroscope adds up."""
+from __future__ import annotations
+
+import gzip
+import re
+import uuid
+from typing import Dict, List, Tuple
+from urllib.parse import urlencode
+
+from .cutter import Interval
+from .queue import Payload
+
+MAX_SAMPLES = 16000
+MAX_PROFILE_BYTES = 4 << 20
+MAX_LABEL_NAMES = 30
+PUSH_PATH = "/push.v1.PusherService/Push"
+DROPPED_LABELS = ("thread_id", "request_id")
+WALL, CPU = "wall", "process_cpu"
+
+
+# ------------------------------------------------------------------ protobuf wire format (the few messages)
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _field(number: int, data: bytes) -> bytes:
+    """A length-delimited field (wire type 2): strings, bytes, messages."""
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def label_pair(name: str, value: str) -> bytes:
+    """types.v1.LabelPair {string name = 1; string value = 2}"""
+    return _field(1, name.encode("utf-8")) + _field(2, value.encode("utf-8"))
+
+
+def raw_sample(raw_profile: bytes, id_: str) -> bytes:
+    """push.v1.RawSample {bytes raw_profile = 1; string ID = 2}"""
+    return _field(1, raw_profile) + _field(2, id_.encode("ascii"))
+
+
+def raw_profile_series(labels: List[Tuple[str, str]], samples: List[bytes]) -> bytes:
+    """push.v1.RawProfileSeries {repeated LabelPair labels = 1; repeated RawSample samples = 2}"""
+    return (b"".join(_field(1, label_pair(k, v)) for k, v in labels)
+            + b"".join(_field(2, raw_sample(s, str(uuid.uuid4()))) for s in samples))
+
+
+def push_request(series: List[bytes]) -> bytes:
+    """push.v1.PushRequest {repeated RawProfileSeries series = 1}"""
+    return b"".join(_field(1, s) for s in series)
+
+
+# ------------------------------------------------------------------ the two profiles of an interval
+def _string(p, text: str) -> int:
+    try:
+        return list(p.string_table).index(text)
+    except ValueError:
+        p.string_table.append(text)
+        return len(p.string_table) - 1
+
+
+def profiles(interval: Interval) -> Dict[str, list]:
+    """{"wall": [pprof chunks], "process_cpu": [...]}: each chunk a perftools Profile message within
+    Pyroscope's limits (empty list: no sample of that kind)."""
+    from sdb_symbolize.pprof import Profile
+    wall = Profile()
+    wall.ParseFromString(gzip.decompress(interval.render("pprof")))
+    wall.time_nanos = interval.start_wall_ns
+    wall.duration_nanos = max(0, interval.end_wall_ns - interval.start_wall_ns)
+    strings = list(wall.string_table)
+    dropped = {i for i, s in enumerate(strings) if s in DROPPED_LABELS}
+    k_pid = strings.index("pid") if "pid" in strings else -1
+    k_state = strings.index("thread_state") if "thread_state" in strings else -1
+    running = strings.index("running") if "running" in strings else -1
+    cpu = Profile()
+    cpu.CopyFrom(wall)
+    del cpu.sample[:]
+    keep_wall = []
+    for s in wall.sample:
+        labels = []
+        is_running = False
+        for lb in s.label:
+            if lb.key in dropped:
+                continue
+            if lb.key == k_pid and not lb.str:
+                labels.append((lb.key, None, str(lb.num)))
+                continue
+            if lb.key == k_state and lb.str == running and running >= 0:
+                is_running = True
+            labels.append((lb.key, lb.str, None))
+        keep_wall.append((list(s.location_id), list(s.value), labels, is_running))
+    del wall.sample[:]
+    for target, want_running in ((wall, None), (cpu, True)):
+        for locs, values, labels, is_running in keep_wall:
+            if want_running and not is_running:
+                continue
+            s = target.sample.add()
+            s.location_id.extend(locs)
+            s.value.extend(values)
+            for key, str_index, text in labels:
+                lb = s.label.add()
+                lb.key = key
+                lb.str = str_index if text is None else _string(target, text)
+    # the cpu profile's values are cpu nanoseconds: a running thread's sample stands for its tick
+    for vt in list(cpu.sample_type) + [cpu.period_type]:
+        if cpu.string_table[vt.unit] == "nanoseconds":
+            vt.type = _string(cpu, "cpu")
+    return {WALL: split(wall), CPU: split(cpu) if len(cpu.sample) else []}
+
+
+def split(p) -> list:
+    """p as chunks of at most MAX_SAMPLES samples and MAX_PROFILE_BYTES bytes (each a whole profile:
+    the tables are repeated, the samples divided)."""
+    if not len(p.sample):
+        return []
+    if len(p.sample) <= MAX_SAMPLES and p.ByteSize() <= MAX_PROFILE_BYTES:
+        return [p]
+    if len(p.sample) == 1:
+        return []                   # one sample over 4 MiB: nothing to split (never seen)
+    half = len(p.sample) // 2
+    out = []
+    for part in (p.sample[:half], p.sample[half:]):
+        q = type(p)()
+        q.CopyFrom(p)
+        del q.sample[:]
+        for s in part:
+            q.sample.add().CopyFrom(s)
+        out += split(q)
+    return out
+
+
+def encode(interval: Interval, service: str, ingest: bool) -> List[Payload]:
+    """The requests that send this interval's profiles."""
+    chunks = profiles(interval)
+    if not ingest:
+        series = []
+        n = 0
+        for name, parts in chunks.items():
+            if not parts:
+                continue
+            raws = [gzip.compress(c.SerializeToString(), compresslevel=6, mtime=0) for c in parts]
+            series.append(raw_profile_series([("service_name", service), ("__name__", name)], raws))
+            n += len(parts)
+        body = gzip.compress(push_request(series), compresslevel=6, mtime=0)
+        return [Payload(PUSH_PATH, body, {"Content-Type": "application/proto", "Content-Encoding": "gzip",
+                                          "Connect-Protocol-Version": "1"}, profiles=n, samples=interval.samples)]
+    out = []
+    rate = interval.header.get("rate_hz") or 0
+    for name, parts in chunks.items():
+        for c in parts:
+            app = f"{ingest_name(service)}.{'cpu' if name == CPU else 'wall'}"
+            query = urlencode({"name": app, "from": interval.start_wall_ns // 10**9,
+                               "until": -(-interval.end_wall_ns // 10**9), "format": "pprof",
+                               "sampleRate": int(round(rate)), "spyName": "sdb"})
+            out.append(Payload(f"/ingest?{query}", gzip.compress(c.SerializeToString(), compresslevel=6, mtime=0),
+                               {"Content-Type": "application/octet-stream"}, samples=interval.samples))
+    return out
+
+
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
+
+
+def ingest_name(service: str) -> str:
+    """The application name in /ingest's `name` (whose `{`, `}`, `,` and `=` are syntax)."""
+    return _NAME_UNSAFE.sub("_", service) or "unknown"
