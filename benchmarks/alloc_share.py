@@ -91,7 +91,7 @@ def main() -> None:
     path = common.write_result(cfg, NAME, {"runs": cfg.runs, "seconds": cfg.seconds, "hz": cfg.hz}, rows, t,
                                {"threads_table": t2})
     print(f"### alloc_share ({cfg.runs} runs of {cfg.seconds:g} s at {cfg.hz} Hz, median (min-max); "
-          f"{common.machine(cfg)['pinning']})\n\n{t}\n\nPer thread, counted at GVL hand-overs:\n\n{t2}\n")
+          f"each program on CPU {CPU}, its sampler thread included)\n\n{t}\n\nPer thread, counted at GVL hand-overs:\n\n{t2}\n")
     print(f"results: {path}", file=sys.stderr)
 
 
