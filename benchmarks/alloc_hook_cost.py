@@ -5,7 +5,8 @@ interleaved round by round (order rotated): none (no hook; the extension not eve
 (the hook installed and removed before the loop: what the app pays while nobody records); skip (a
 NEWOBJ hook whose callback only counts a geometric skip down by one: the floor of any hook); sample
 (counts down by the object's slot size, mean 512 KiB, and at a sample copies 64 control frames'
-iseq/pc/ep[-2] words, the class and the size to a static ring: what the gem would do). Workloads:
+iseq/pc/ep[-2] words, the class and the size to a static ring: what the gem would do); heap (sample,
+and each sampled object kept in a table a FREEOBJ hook looks every freed object up in). Workloads:
 micro (`Object.new` in a while loop) and mixed (a string/array/hash method mix with some arithmetic).
 The loop's CPU time (CLOCK_PROCESS_CPUTIME_ID) is the measure: this machine is shared and loaded, so
 wall time waits on others; wall is kept in the JSON. perf's instruction counter is not available in
@@ -27,12 +28,12 @@ import common
 from common import fmt, summary
 
 NAME = "alloc_hook_cost"
-CONFIGS = ["none", "removed", "skip", "sample"]
+CONFIGS = ["none", "removed", "skip", "sample", "heap"]
 SIZES = {"micro": 2_000_000, "mixed": 150_000}  # ~0.6 s and ~1 s of CPU on 3.1 here
 
 
-def one(ruby: str, incdir: str, mode: str, workload: str, n: int) -> dict:
-    cmd = common.taskset(common.TARGET_CPU) + [ruby, "-I", incdir, os.path.join(common.PROGRAMS, "alloc_loop.rb"),
+def one(ruby: str, incdir: str, mode: str, workload: str, n: int, cpu: int) -> dict:
+    cmd = common.taskset(cpu) + [ruby, "-I", incdir, os.path.join(common.PROGRAMS, "alloc_loop.rb"),
                                               mode, workload, str(n)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
@@ -40,13 +41,13 @@ def one(ruby: str, incdir: str, mode: str, workload: str, n: int) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def measure(ruby: str, incdir: str, workload: str, rounds: int, scale: float) -> dict:
+def measure(ruby: str, incdir: str, workload: str, rounds: int, scale: float, configs: list, cpu: int) -> dict:
     n = max(1, int(SIZES[workload] * scale))
-    raw = {c: [] for c in CONFIGS}
+    raw = {c: [] for c in configs}
     for k in range(rounds):
-        order = CONFIGS[k % len(CONFIGS):] + CONFIGS[:k % len(CONFIGS)]
-        got = {c: one(ruby, incdir, c, workload, n) for c in order}
-        for c in CONFIGS:
+        order = configs[k % len(configs):] + configs[:k % len(configs)]
+        got = {c: one(ruby, incdir, c, workload, n, cpu) for c in order}
+        for c in configs:
             got[c]["ratio"] = got[c]["cpu"] / got["none"]["cpu"]
             raw[c].append(got[c])
     return raw
@@ -57,7 +58,13 @@ def main() -> None:
     ap.add_argument("--ruby", dest="rubies", action="append", default=[], help="a Ruby to measure (repeatable)")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 round, a tenth of the work")
+    ap.add_argument("--config", dest="configs", action="append", choices=CONFIGS,
+                    help="measure only these (repeatable; none is always measured: the ratios need it)")
+    ap.add_argument("--workload", dest="workloads", action="append", choices=sorted(SIZES))
+    ap.add_argument("--cpu", type=int, default=common.TARGET_CPU, help="the core the Rubies run on")
+    ap.add_argument("--tag", default="", help="appended to the result file's name (a partial run)")
     cfg = ap.parse_args()
+    configs = ["none"] + [c for c in CONFIGS[1:] if c in cfg.configs] if cfg.configs else CONFIGS
     cfg.results = common.RESULTS
     common.pin_self()
     rounds, scale = (1, 0.1) if cfg.quick else (cfg.rounds, 1.0)
@@ -67,9 +74,9 @@ def main() -> None:
             cfg.ruby = ruby
             incdir = alloc_ext.build(ruby, tmp)
             version = alloc_ext.version(ruby)
-            for workload in SIZES:
-                raw = measure(ruby, incdir, workload, rounds, scale)
-                for c in CONFIGS:
+            for workload in cfg.workloads or SIZES:
+                raw = measure(ruby, incdir, workload, rounds, scale, configs, cfg.cpu)
+                for c in configs:
                     rs = raw[c]
                     per = [r["cpu"] / r["allocs"] * 1e9 for r in rs]
                     row = {"ruby": version, "workload": workload, "config": c, "cpu": summary([r["cpu"] for r in rs]),
@@ -83,9 +90,9 @@ def main() -> None:
     t = common.markdown_table(["Ruby", "workload", "config", "loop CPU s", "ratio to none", "CPU ns / allocation",
                                "allocations", "hook calls / samples"], table)
     cfg.ruby = "/usr/bin/ruby"
-    path = common.write_result(cfg, NAME, {"rounds": rounds, "sizes": {k: int(v * scale) for k, v in SIZES.items()}},
+    path = common.write_result(cfg, NAME + (f"-{cfg.tag}" if cfg.tag else ""), {"rounds": rounds, "sizes": {k: int(v * scale) for k, v in SIZES.items()}},
                                rows, t)
-    print(f"### alloc_hook_cost (median of {rounds} rounds, (min-max); {common.machine(cfg)['pinning']})\n\n{t}\n")
+    print(f"### alloc_hook_cost (median of {rounds} rounds, (min-max); Rubies on CPU {cfg.cpu})\n\n{t}\n")
     print(f"results: {path}", file=sys.stderr)
 
 

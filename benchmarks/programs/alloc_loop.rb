@@ -1,7 +1,8 @@
 # alloc_loop.rb MODE WORKLOAD N: one run of benchmarks/alloc_hook_cost.py (issue 42).
 # MODE: none | removed (the hook installed and removed again before the loop) | skip (a NEWOBJ hook
 # counting a geometric skip down by one per object) | sample (by slot bytes, mean 512 KiB, copying 64
-# frames at a sample). WORKLOAD: micro (Object.new in a while loop) | mixed (a string/array/hash
+# frames at a sample) | heap (sample, and each sampled object tracked until a FREEOBJ hook sees it
+# freed: the live-heap design). WORKLOAD: micro (Object.new in a while loop) | mixed (a string/array/hash
 # method mix with some computation between). Prints one JSON line: wall and CPU seconds of the loop,
 # the hook's calls and samples, the allocations GC.stat counted.
 require "json"
@@ -56,7 +57,8 @@ when "none" then nil
 when "removed" then AllocHook.install(1, 512); AllocHook.remove
 when "skip" then AllocHook.install(1, 1 << 40) # never fires: the callback's floor
 when "sample" then AllocHook.install(2, 512 * 1024)
-else abort "alloc_loop.rb: unknown mode #{mode} (none, removed, skip, sample)"
+when "heap" then AllocHook.install(3, 512 * 1024)
+else abort "alloc_loop.rb: unknown mode #{mode} (none, removed, skip, sample, heap)"
 end
 abort "alloc_loop.rb: unknown workload #{workload} (micro, mixed)" unless %w[micro mixed].include?(workload)
 
