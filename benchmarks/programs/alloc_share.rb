@@ -13,6 +13,9 @@ scenario, nthreads, seconds, hz = ARGV[0], Integer(ARGV[1]), Float(ARGV[2]), Int
 REPEAT = { "bursty" => 1, "steady" => 150 }.fetch(scenario) { abort "alloc_share.rb: scenario bursty or steady" }
 LABELS = %w[other objects strings arrays compute].freeze
 
+# Four methods of the same shape on purpose, not one taking a block: each allocates in its own frame,
+# which is what an allocation profile gives the objects to.
+
 def objects(r)
   AllocProbe.enter(1)
   k = 0
