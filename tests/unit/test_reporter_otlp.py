@@ -356,6 +356,33 @@ def test_a_real_recording_totals_and_names_equal_pprof_and_collapsed(real):
     assert {"format_cruncher", "format_sleeper"} <= names
 
 
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory):
+    """tests/programs/labelled_units.rb (units of work named with Sdb.label) recorded whole by `record`."""
+    from conftest import PROGRAMS, REPO, SIDECAR, ruby_cmd, ruby_env
+    tmp = tmp_path_factory.mktemp("labelled")
+    trace, log = tmp / "t.msgpack", tmp / "log.json"
+    r = subprocess.run([*SIDECAR, "record", "-q", "-o", str(trace), "--", *ruby_cmd(PROGRAMS / "labelled_units.rb",
+                                                                                 "2", str(log))],
+                       capture_output=True, text=True, timeout=120, cwd=str(REPO), env=ruby_env())
+    assert r.returncode == 0, r.stderr
+    return trace
+
+
+def test_a_real_recordings_units_of_work_are_the_endpoint_attributes(labelled):
+    req = otlp(labelled, idle=True)
+    check_dictionary(req)
+    got = Counter()
+    for s in samples(req):
+        if s.type == "wall":
+            got[s.attributes.get("sdb.endpoint")] += len(s.timestamps)
+    want = Counter()
+    for labels, _, values in pprof_samples(pprof(labelled, idle=True)):
+        want[labels.get("endpoint")] += values[0]
+    assert got == want and len(got) > 1, got
+    assert sum(got.values()) == TraceFile(str(labelled)).tables.sample_count
+
+
 # ------------------------------------------------------------------ the corpora
 @pytest.mark.parametrize("name", sorted(p.name for p in CORPUS.glob("*.msgpack")))
 def test_format3_corpus_traces_decode_with_pprofs_totals(name):

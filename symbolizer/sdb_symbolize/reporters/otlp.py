@@ -67,8 +67,8 @@ class ProfileType:
 def profile_types(reporter: Reporter) -> List[ProfileType]:
     """The profiles each process gets, one per sdb sample type. A trace measures time: `wall` (every
     sample the filters keep, each one tick period) and `cpu` (those of running threads: holding the
-    GVL on Ruby >= 3.2, on a CPU on 3.1), derived from each sample's thread state. Traces whose
-    header declares their sample types (format 4) are read here, and only here."""
+    GVL on Ruby >= 3.2, on a CPU on 3.1), derived from each sample's thread state. When a trace
+    declares its own sample types, this is the one place that turns them into profiles."""
     return [ProfileType("wall", "nanoseconds", None),
             ProfileType("cpu", "nanoseconds", frozenset((STATE_RUNNING,)))]
 
@@ -174,7 +174,7 @@ def _resource_attribute(key: str, value) -> bytes:
 
 class OtlpReporter(Reporter):
     """OTLP profiles: one ExportProfilesServiceRequest (module docstring), every sample with its
-    time; what `sdb-sidecar attach --push otlp=URL` sends, and `-f otlp` writes."""
+    time: what `-f otlp` writes, and the body of a POST to an OTLP/HTTP `/v1development/profiles`."""
 
     name = "otlp"
     extension = ".otlp.pb"
