@@ -22,6 +22,7 @@ _U64 = (1 << 64) - 1
 
 
 def _varint(v: int) -> bytes:
+    """An unsigned varint: 7 bits a byte, low first, the high bit set on all but the last."""
     out = bytearray()
     while v >= 0x80:
         out.append((v & 0x7F) | 0x80)
@@ -38,14 +39,7 @@ def varint(v: int) -> bytes:
     protobuf encodes them."""
     if 0 <= v < 16384:
         return _SMALL[v]
-    if v < 0:
-        v &= _U64
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
+    return _varint(v & _U64 if v < 0 else v)
 
 
 def tag(field: int, wire_type: int) -> bytes:
