@@ -21,19 +21,25 @@ _LEN = 2
 _U64 = (1 << 64) - 1
 
 
-def varint(v: int) -> bytes:
-    """An unsigned varint; a negative int64/int32 as its 64-bit two's complement (10 bytes), as
-    protobuf encodes them."""
-    if v < 0:
-        v &= _U64
-    if v < 0x80:
-        return bytes((v,))
+def _varint(v: int) -> bytes:
+    """An unsigned varint: 7 bits a byte, low first, the high bit set on all but the last."""
     out = bytearray()
     while v >= 0x80:
         out.append((v & 0x7F) | 0x80)
         v >>= 7
     out.append(v)
     return bytes(out)
+
+
+_SMALL = [_varint(v) for v in range(1 << 14)]     # every 1- and 2-byte varint: most indices and tags
+
+
+def varint(v: int) -> bytes:
+    """An unsigned varint; a negative int64/int32 as its 64-bit two's complement (10 bytes), as
+    protobuf encodes them."""
+    if 0 <= v < 16384:
+        return _SMALL[v]
+    return _varint(v & _U64 if v < 0 else v)
 
 
 def tag(field: int, wire_type: int) -> bytes:
@@ -73,12 +79,13 @@ def utf8(text: str) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace").encode("utf-8")
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text).encode("utf-8")
 
 
 def packed_varints(field: int, values: Iterable[int]) -> bytes:
     """A packed repeated varint field (repeated int32/int64/uint64 in proto3); nothing when empty."""
-    body = b"".join(varint(v) for v in values)
+    small = _SMALL
+    body = b"".join([small[v] if 0 <= v < 16384 else varint(v) for v in values])
     return message(field, body)
 
 

@@ -356,6 +356,33 @@ def test_a_real_recording_totals_and_names_equal_pprof_and_collapsed(real):
     assert {"format_cruncher", "format_sleeper"} <= names
 
 
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory):
+    """tests/programs/labelled_units.rb (units of work named with Sdb.label) recorded whole by `record`."""
+    from conftest import PROGRAMS, REPO, SIDECAR, ruby_cmd, ruby_env
+    tmp = tmp_path_factory.mktemp("labelled")
+    trace, log = tmp / "t.msgpack", tmp / "log.json"
+    r = subprocess.run([*SIDECAR, "record", "-q", "-o", str(trace), "--", *ruby_cmd(PROGRAMS / "labelled_units.rb",
+                                                                                 "2", str(log))],
+                       capture_output=True, text=True, timeout=120, cwd=str(REPO), env=ruby_env())
+    assert r.returncode == 0, r.stderr
+    return trace
+
+
+def test_a_real_recordings_units_of_work_are_the_endpoint_attributes(labelled):
+    req = otlp(labelled, idle=True)
+    check_dictionary(req)
+    got = Counter()
+    for s in samples(req):
+        if s.type == "wall":
+            got[s.attributes.get("sdb.endpoint")] += len(s.timestamps)
+    want = Counter()
+    for labels, _, values in pprof_samples(pprof(labelled, idle=True)):
+        want[labels.get("endpoint")] += values[0]
+    assert got == want and len(got) > 1, got
+    assert sum(got.values()) == TraceFile(str(labelled)).tables.sample_count
+
+
 # ------------------------------------------------------------------ the corpora
 @pytest.mark.parametrize("name", sorted(p.name for p in CORPUS.glob("*.msgpack")))
 def test_format3_corpus_traces_decode_with_pprofs_totals(name):
@@ -386,3 +413,21 @@ def test_fuzz_corpus_traces_give_a_request_the_classes_read_or_a_documented_erro
     p.ParseFromString(gzip.decompress(pp.read_bytes()))
     got = sum(len(s.timestamps) for s in samples(req) if s.type == "wall")
     assert got == sum(s.value[0] for s in p.sample)
+
+
+def test_the_hand_encoding_reads_back_at_the_edges_of_each_field_kind():
+    from opentelemetry.proto.profiles.v1development import profiles_pb2
+
+    from sdb_symbolize.protowire import fixed64, message, packed_fixed64, packed_varints, string, uint
+    for v in (1, 127, 128, 16383, 16384, 2**31 - 1, 2**63 - 1, -1, -5, -2**63):
+        line = profiles_pb2.Line.FromString(uint(1, 3) + uint(2, v))
+        assert (line.function_index, line.line) == (3, v)
+    stamps = [0, 1, 2**63, 2**64 - 1]
+    s = profiles_pb2.Sample.FromString(packed_varints(2, [0, 200, 70000]) + packed_fixed64(5, stamps))
+    assert (list(s.attribute_indices), list(s.timestamps_unix_nano)) == ([0, 200, 70000], stamps)
+    p = profiles_pb2.Profile.FromString(fixed64(3, 2**64 - 1) + message(7, b"\x00" * 15 + b"\x01"))
+    assert (p.time_unix_nano, p.profile_id) == (2**64 - 1, b"\x00" * 15 + b"\x01")
+    m = profiles_pb2.Mapping.FromString(uint(4, 9) + packed_varints(5, [1]))
+    assert (m.filename_strindex, list(m.attribute_indices)) == (9, [1])
+    d = profiles_pb2.ProfilesDictionary.FromString(string(5, "", keep=True) + string(5, "é\x1b\n;\ud800"))
+    assert list(d.string_table) == ["", "é\x1b\n;\ufffd"]      # a lone surrogate cannot be UTF-8: replaced

@@ -67,8 +67,8 @@ class ProfileType:
 def profile_types(reporter: Reporter) -> List[ProfileType]:
     """The profiles each process gets, one per sdb sample type. A trace measures time: `wall` (every
     sample the filters keep, each one tick period) and `cpu` (those of running threads: holding the
-    GVL on Ruby >= 3.2, on a CPU on 3.1), derived from each sample's thread state. Traces whose
-    header declares their sample types (format 4) are read here, and only here."""
+    GVL on Ruby >= 3.2, on a CPU on 3.1), derived from each sample's thread state. When a trace
+    declares its own sample types, this is the one place that turns them into profiles."""
     return [ProfileType("wall", "nanoseconds", None),
             ProfileType("cpu", "nanoseconds", frozenset((STATE_RUNNING,)))]
 
@@ -174,7 +174,7 @@ def _resource_attribute(key: str, value) -> bytes:
 
 class OtlpReporter(Reporter):
     """OTLP profiles: one ExportProfilesServiceRequest (module docstring), every sample with its
-    time; what `sdb-sidecar attach --push otlp=URL` sends, and `-f otlp` writes."""
+    time: what `-f otlp` writes, and the body of a POST to an OTLP/HTTP `/v1development/profiles`."""
 
     name = "otlp"
     extension = ".otlp.pb"
@@ -187,9 +187,21 @@ class OtlpReporter(Reporter):
         # (Thread, Stack, state, unit attribute) -> the times of its samples (CLOCK_MONOTONIC ns)
         self.times: Dict[Tuple, array] = {}
         self._units: Dict[int, Optional[Tuple[str, str]]] = {}
+        self._has_unnamed: Dict[int, bool] = {}     # Stack.id -> it has a frame no name was proven for
+        self._to_unix = (self.header.get("start_wall_ns") or 0) - self.start_ns
 
     def add(self, thread, stack, state, t_ns, count) -> None:
-        self._add((thread, stack, state, None), t_ns, count)
+        key = (thread, stack, state, None)
+        ts = self.times.get(key)
+        if ts is None:
+            ts = self.times[key] = array("q")
+        if count == 1:
+            try:
+                ts.append(t_ns)
+                return
+            except (OverflowError, TypeError):
+                pass
+        self._add_slow(ts, t_ns, count)
 
     def add_unit(self, thread, stack, state, t_ns, count, unit) -> None:
         attr = None
@@ -201,20 +213,18 @@ class OtlpReporter(Reporter):
                 if unit["endpoint"] is not None:
                     attr = (JOB_KEY if SPAN_KINDS.get(unit["kind"]) == "job" else ENDPOINT_KEY, unit["endpoint"])
                 self._units[span] = attr
-        self._add((thread, stack, state, attr), t_ns, count)
-
-    def _add(self, key, t_ns, count) -> None:
+        key = (thread, stack, state, attr)
         ts = self.times.get(key)
         if ts is None:
             ts = self.times[key] = array("q")
+        self._add_slow(ts, t_ns, count)
+
+    def _add_slow(self, ts: array, t_ns, count: int) -> None:
         if t_ns is None:            # not a timeline pass (no caller does this today): at the start
             t_ns = self.start_ns
-        try:
-            ts.append(t_ns)
-        except OverflowError:       # a time no clock gives (a hostile trace): kept, at the bound
+        if not -_INT64_MAX - 1 <= t_ns <= _INT64_MAX:     # a time no clock gives (a hostile trace): at the bound
             t_ns = _INT64_MAX if t_ns > 0 else -_INT64_MAX - 1
-            ts.append(t_ns)
-        for _ in range(count - 1):
+        for _ in range(count):
             ts.append(t_ns)
 
     # ------------------------------------------------------------------ the request
@@ -282,8 +292,16 @@ class OtlpReporter(Reporter):
 
     def _unix(self, mono_ns: int) -> int:
         """A CLOCK_MONOTONIC time of the trace as Unix ns (the header's two clocks at its start)."""
-        t = mono_ns - self.start_ns + (self.header.get("start_wall_ns") or 0)
+        t = mono_ns + self._to_unix
         return min(max(t, 0), _UINT64_MAX)
+
+    def _stamps(self, parts: List[array]) -> array:
+        """The Unix times of samples in `parts` (monotonic ns), in order, as fixed64s."""
+        times = sorted(parts[0]) if len(parts) == 1 else sorted(t for ts in parts for t in ts)
+        off = self._to_unix
+        if times and times[0] + off >= 0 and times[-1] + off <= _UINT64_MAX:
+            return array("Q", [t + off for t in times])
+        return array("Q", [self._unix(t) for t in times])
 
     def _profile(self, d: _Dictionary, typ: ProfileType, keys: list, window: Tuple[int, int],
                  resource: bytes) -> bytes:
@@ -291,6 +309,7 @@ class OtlpReporter(Reporter):
         merged: Dict[Tuple[int, Tuple[int, ...]], List[array]] = {}
         unnamed = 0
         attrs_of: Dict[Tuple, Tuple[int, ...]] = {}
+        has_unnamed = self._has_unnamed
         for key in keys:
             thread, stack, state, unit = key
             if typ.states is not None and state not in typ.states:
@@ -301,13 +320,15 @@ class OtlpReporter(Reporter):
             if attrs is None:
                 attrs = attrs_of[a_key] = self._sample_attributes(d, thread, state, unit)
             merged.setdefault((d.stack(stack), attrs), []).append(ts)
-            if any(f.label.startswith(UNKNOWN_ISEQ_PREFIX) for f in stack.frames):
+            u = has_unnamed.get(stack.id)
+            if u is None:
+                u = has_unnamed[stack.id] = any(f.label.startswith(UNKNOWN_ISEQ_PREFIX) for f in stack.frames)
+            if u:
                 unnamed += len(ts)
         samples = []
         unix = self._unix
         for (stack_index, attrs), parts in sorted(merged.items()):
-            times = sorted(t for ts in parts for t in ts)
-            stamps = array("Q", (unix(t) for t in times))
+            stamps = self._stamps(parts)
             samples.append(message(2, uint(1, stack_index) + packed_varints(2, attrs)
                                    + repeated_varint(4, period, len(stamps)) + packed_fixed64(5, stamps), keep=True))
         value_type = message(1, uint(1, d.s(typ.name)) + uint(2, d.s(typ.unit)), keep=True)
