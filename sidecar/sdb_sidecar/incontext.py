@@ -112,11 +112,13 @@ class InContext(MappedProgram):
             leaf.gc_addr, leaf.running_ec_addr = gc_active_addr, 0
         targets[targets.Key(pid)] = leaf
         self.pids.add(pid)
+        if self.timers is not None:
+            self.timers.admit(pid)
 
     def follow(self, pid: int, tids) -> None:
         """`tids`: the live threads of process pid (added) now, as its registry lists them: a timer
         on each (up to MAX_TIMERS over all processes), none any more on its threads not among them."""
-        if self.timers is not None and pid in self.pids:
+        if self.timers is not None:
             self.timers.follow(pid, tids)
 
     def untimed(self, pid: int) -> int:

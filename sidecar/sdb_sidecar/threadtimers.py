@@ -80,9 +80,15 @@ class ThreadTimers:
         self.untimed_now: Dict[int, Set[int]] = {}      # pid -> its live threads without a timer
         self.timed: Dict[int, int] = {}         # pid -> threads given a timer
         self.untimed: Dict[int, int] = {}       # pid -> threads read from outside for want of one
+        self.pids: Set[int] = set()             # the processes whose threads are timed (`admit`)
         self.peak = 0
         self.poll = select.poll()
         self.lock = threading.Lock()
+
+    def admit(self, pid: int) -> None:
+        """Process pid's threads may be timed from now on (until `forget`)."""
+        with self.lock:
+            self.pids.add(pid)
 
     def follow(self, pid: int, tids: Iterable[int]) -> None:
         """`tids`: the live threads of process pid now (its registry's, the kernel's tids). Timers for
@@ -94,6 +100,8 @@ class ThreadTimers:
 
     def _follow(self, pid: int, live: Set[int]) -> None:
         self._reap()
+        if pid not in self.pids:
+            return              # forgotten meanwhile (its recording ended): no new timer
         for tid in [t for t, p in self.owner.items() if p == pid and t not in live]:
             self._close(tid)
         waiting = self.untimed_now.setdefault(pid, set())
@@ -128,6 +136,7 @@ class ThreadTimers:
     def forget(self, pid: int) -> None:
         """No timer on pid's threads any more (its recording is over); its counts stay."""
         with self.lock:
+            self.pids.discard(pid)
             for tid in [t for t, p in self.owner.items() if p == pid]:
                 self._close(tid)
             self.untimed_now.pop(pid, None)
