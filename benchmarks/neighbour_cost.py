@@ -53,7 +53,10 @@ def one(ruby: str, gem_home: str, config: str, repo: str, warmup: float, measure
                                     "sdb_sidecar.cli", "attach", "--pid", str(recorded.pid), "-o",
                                     "/tmp/sdb-neighbour-cost.msgpack", "-q", "--duration", "600"],
                                    cwd=repo, stderr=subprocess.DEVNULL)
-    time.sleep(warmup / 2)      # the reads are in before the neighbour's warm-up ends (compiled at nice 0)
+    deadline = time.monotonic() + 300
+    while sidecar is not None and prog_stats(sidecar.pid) == (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.2)         # the in-context reads compiled and loaded (slow on a loaded machine)
+    time.sleep(warmup / 2)
     neighbour = subprocess.Popen(["taskset", "-c", "1", ruby, PROGRAM, str(warmup / 2), str(measure)],
                                  stdout=subprocess.PIPE, text=True, env=env)
     assert neighbour.stdout.readline().strip() == "ready"
