@@ -1,5 +1,5 @@
-"""The in-context reads' timer alone: a cpu-clock perf event on every CPU at the period the in-context
-reads use for a 1 kHz sampler (incontext.read_period_ns), running an eBPF program that returns at
+"""The in-context reads' first timer alone: a cpu-clock perf event on every CPU (they now put one on
+each recorded thread instead: threadtimers.py) at the period the in-context reads use for a 1 kHz sampler (incontext.read_period_ns), running an eBPF program that returns at
 once. What boot_real's `timer` configuration runs beside the plain program, to tell the interrupt's
 cost from the reads' (the copy, the sampler's use of it). Prints "ready" once attached, then waits
 for SIGTERM. Needs root and bcc, as the reads do."""
@@ -9,7 +9,8 @@ import signal
 import sys
 
 from sdb_sidecar.bpfload import _import_bcc, check_available, compile_bpf
-from sdb_sidecar.incontext import PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, read_period_ns
+from sdb_sidecar.incontext import read_period_ns
+from sdb_sidecar.threadtimers import PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE
 
 EMPTY = "struct bpf_perf_event_data;\nint on_tick(struct bpf_perf_event_data *ctx) { return 0; }\n"
 

@@ -1,7 +1,9 @@
 /*
- * sdb in-context stack reads: on a CPU tick (a cpu-clock perf event at the sampling rate, on every
- * CPU), if the task on that CPU is a thread the sampler asked for, copy its control frames and the
- * top of its VM stack into its slot (bpf/ctxslot.h, put before this text).
+ * sdb in-context stack reads: on a tick of a recorded thread (a cpu-clock perf event on that thread,
+ * at the sampling rate of its time on a CPU: sidecar/sdb_sidecar/threadtimers.py), if it is a thread
+ * the sampler asked for, copy its control frames and the top of its VM stack into its slot
+ * (bpf/ctxslot.h, put before this text). The checks below stay: a thread is timed from the
+ * registry's list, its slot may be another thread's, and its process may have left the recording.
  *
  * Why: a stack copied from another CPU while its thread runs changes during the copy (a few us);
  * methods whose calls are shorter than that lose their samples to their callers, whatever rule

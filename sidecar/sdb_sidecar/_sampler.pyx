@@ -371,9 +371,11 @@ cdef class Sampler(States):
             self.ticks += 1
             self.last_tick_ns = now
         # something new to name (an ISeq, a frame's line, a method): read from the target while
-        # it still holds, so wake the drain loop now rather than at its next regular drain
+        # it still holds, so wake the drain loop now rather than at its next regular drain; a
+        # thread started or ended: the drain loop puts the in-context reads' timer on it, or off
         wake = self.wake_fd >= 0 and not self.wake_sent and (
-            self.frames.count > self.frames_drained or self.g.new_iseq_len or self.g.new_me_len)
+            self.frames.count > self.frames_drained or self.g.new_iseq_len or self.g.new_me_len
+            or (self.ctx != NULL and self.g.tevt_len))
         if wake:
             self.wake_sent = 1
         pthread_mutex_unlock(&self.mu)

@@ -3,17 +3,24 @@
 A stack copied from another CPU while its thread runs changes during the copy; the sampler's
 checks keep what both frame pointers hold, so a method whose calls are shorter than a copy (a few
 us: most C functions, many small Ruby methods) loses its samples to its caller. `bpf/stack_in_context.c`,
-attached to a cpu-clock perf event at the sampling rate (at most MAX_RATE_HZ) on every CPU, copies the control frames,
-the ec's header and the top of the VM stack of a thread the sampler asked for, when the tick finds
-it on that CPU, into the thread's slot of a BPF array mapped here (BPF_F_MMAPABLE,
+run by a cpu-clock perf event on each recorded thread (threadtimers.py: it fires only while that
+thread runs, every period of its running time, at the sampling rate, at most MAX_RATE_HZ), copies
+the control frames, the ec's header and the top of the VM stack of a thread the sampler asked for
+into the thread's slot of a BPF array mapped here (BPF_F_MMAPABLE,
 `bpf/ctxslot.h`). The sampler takes a thread's newest such read at its own tick
 (`Sampler.use_in_context`) and reads everything else from outside as before. The program only
 reads; it runs in the interrupt of the target's CPU (the cost: benchmarks/RESULTS.md, in_context_cost).
 
+The timers follow the registry's threads (`follow`, at each drain: the sampler wakes the drain loop
+when a thread starts or ends while the reads are in): a thread is read from outside from its
+appearance until its timer is in. A CPU that runs no recorded thread takes no interrupt from them.
+At most MAX_TIMERS are open; threads beyond (or refused an event by the kernel) are read from
+outside and counted (the end record's `in_context_untimed`).
+
 The program knows no Ruby when compiled (each process's offsets are given when it is added), so
 `record` compiles it while the program boots (`prepare`, then `take` when the registry appears).
 Keyed by the kernel's tids: a target in another pid namespace (a container) is not read here
-(its registry holds its own tids).
+(its registry holds its own tids) and takes no timer.
 
 Alternatives weighed (benchmarks/RESULTS.md, real_check_spread): keeping the stack at the first frame
 pointer of a copy from outside, with a "(changed while read)" frame where the frames the thread left
@@ -27,13 +34,17 @@ from typing import Optional
 from . import bpfload
 from ._sampler import ctx_slot_size
 from .bpfload import EbpfUnavailable, MappedProgram, _import_bcc, bpf_source, check_available, compile_bpf
+from .threadtimers import ThreadTimers
 
 CTX_SLOTS = 128                     # slot = tid & (CTX_SLOTS - 1)
-PERF_TYPE_SOFTWARE = 0x1
-PERF_COUNT_SW_CPU_CLOCK = 0x0
+# timers open at once, over every process recorded: each is an fd of the sidecar (whose other fds
+# are few: maps, pidfds, the trace) and a perf event in the kernel (~1 KB, and a perf context on the
+# thread); and beyond CTX_SLOTS threads share slots, of which one thread at a time is read in
+# context, so a timer on more threads than slots would mostly interrupt threads it cannot read
+MAX_TIMERS = CTX_SLOTS
 OVERSAMPLE = 1.07
 # the reads' rate never goes above this, whatever the sampling rate: each read is a timer interrupt
-# on every CPU, and on a virtual machine an interrupt costs the app ~25 us (a loop ran 1.3-1.4x
+# on the thread's CPU, and on a virtual machine an interrupt costs the app ~25 us (a loop ran 1.3-1.4x
 # slower with reads at 10 kHz, and 744x at 100 kHz, where the interrupts took the whole CPU:
 # benchmarks/RESULTS.md, "The in-context reads' rate"). Above it a running thread is read in context
 # at about this rate and from outside at the other ticks (the end record's in_context counts which)
@@ -58,6 +69,7 @@ class InContext(MappedProgram):
         super().__init__()
         self.rate_hz = rate_hz
         self.slots = CTX_SLOTS
+        self.timers: Optional[ThreadTimers] = None
 
     def start(self) -> None:
         check_available()
@@ -68,15 +80,14 @@ class InContext(MappedProgram):
             # workers under load on every core) left it ~10 % of a CPU, and a recording of a few
             # seconds ended before it (and the symbolizer after it) was in
             self._bpf = compile_bpf(BPF, text, [f"-DCTX_SLOTS={CTX_SLOTS}"], nice=0)
-            # a fixed period (cpu-clock counts ns), OVERSAMPLE reads per sampler tick: the sampler
+            # a fixed period (cpu-clock counts the thread's ns on a CPU), OVERSAMPLE reads per sampler tick: the sampler
             # takes the newest read since a thread's last sample, and finds one at almost every
             # tick (a tick finds none in ~1 of 1,000); each interrupt costs the app (2x: -2.7 %).
             # Not a whole multiple of the rate: the reads drift across the ticks (and across a 1 ms
             # timer in the app, such as stackprof's) instead of keeping one phase to them. At most
             # MAX_RATE_HZ (the interrupts' cost)
-            period = read_period_ns(self.rate_hz)
-            self._bpf.attach_perf_event(ev_type=PERF_TYPE_SOFTWARE, ev_config=PERF_COUNT_SW_CPU_CLOCK,
-                                        fn_name=b"on_cpu_clock", sample_period=period)
+            prog = self._bpf.load_func(b"on_cpu_clock", BPF.PERF_EVENT)
+            self.timers = ThreadTimers(prog.fd, read_period_ns(self.rate_hz), MAX_TIMERS)
         except Exception as e:  # bcc raises a bare Exception for a failed compile, load or attach
             self.close()
             raise EbpfUnavailable(f"the in-context reads did not load: "
@@ -101,6 +112,28 @@ class InContext(MappedProgram):
             leaf.gc_addr, leaf.running_ec_addr = gc_active_addr, 0
         targets[targets.Key(pid)] = leaf
         self.pids.add(pid)
+        if self.timers is not None:
+            self.timers.admit(pid)
+
+    def follow(self, pid: int, tids) -> None:
+        """`tids`: the live threads of process pid (added) now, as its registry lists them: a timer
+        on each (up to MAX_TIMERS over all processes), none any more on its threads not among them."""
+        if self.timers is not None:
+            self.timers.follow(pid, tids)
+
+    def untimed(self, pid: int) -> int:
+        """Threads of pid read from outside only, for want of a timer (MAX_TIMERS, or refused)."""
+        return self.timers.counts(pid)["untimed"] if self.timers is not None else 0
+
+    def remove(self, pid: int) -> None:
+        if self.timers is not None:
+            self.timers.forget(pid)
+        super().remove(pid)
+
+    def close(self) -> None:
+        if self.timers is not None:
+            self.timers.close()
+        super().close()
 
 
 def mapped_at(pid: int, ino: int, offset: int) -> int:

@@ -33,8 +33,9 @@ PENDING_GIVE_UP_S = 5.0     # a process whose registry is not ready by then is l
 TITLE_S = 1.0               # process titles (puma's `puma: cluster worker 0`) are read again this often
 MAX_PROCESSES = 256         # processes recorded at once; more are left out (counted)
 # the counts of the end record that add up over the processes (ticks, late, missed: process 0's sampler's)
-SUMMED = ("samples", "torn", "retried", "reused", "errors", "yjit_no_line", "span_unsure", "in_context", "spans_lost",
-          "endpoints_refused", "threads", "symbol_errors", "names_superseded", "names_unproven", "pauses_seen")
+SUMMED = ("samples", "torn", "retried", "reused", "errors", "yjit_no_line", "span_unsure", "in_context",
+          "in_context_untimed", "spans_lost", "endpoints_refused", "threads", "symbol_errors", "names_superseded",
+          "names_unproven", "pauses_seen")
 
 
 def open_output(path: str) -> IO[bytes]:

@@ -243,6 +243,8 @@ class EbpfHub:
         session.sampler.use_in_context(ic.address, ic.slots)
         session.in_context = ic
         session.in_context_since_ns = _sampler.monotonic_ns()
+        # the timers on the threads there now; the drain loop follows those that come and go
+        ic.follow(target.pid, [t["tid"] for t in target.registry.threads()])
 
     def leave(self, session: "Session") -> None:
         """One process's recording is over: its probes out (the kernel view stays mapped for a
@@ -397,6 +399,9 @@ class Session:
             self.waiter.wait()
         self.drainer.drain()
         pid = self.target.pid
+        ic = self.in_context
+        if ic is not None:      # the in-context reads' timers on the threads live now
+            ic.follow(pid, [live[0] for live in self.drainer.live.values()])
         if not alive(pid):
             self.sampler.stop()
         st = self.sampler.stats()
@@ -472,6 +477,7 @@ class Session:
                 "retried": stats["retried"], "reused": stats["reused"], "errors": stats["errors"],
                 "yjit_no_line": stats["yjit_no_line"], "span_unsure": stats["span_unsure"],
                 "in_context": stats["in_context"], "in_context_since_ns": self.in_context_since_ns,
+                "in_context_untimed": self.in_context.untimed(self.target.pid) if self.in_context is not None else 0,
                 "pauses_seen": stats["pauses_seen"],
                 "spans_lost": d.spans.lost, "endpoints_refused": self.target.registry.strings_refused,
                 "threads": stats["threads"], "symbol_errors": d.symbol_errors,
