@@ -110,13 +110,23 @@ def profiles(interval: Interval) -> Dict[str, list]:
             labels.append((lb.key, lb.str, None))
         keep_wall.append((list(s.location_id), list(s.value), labels, is_running))
     del wall.sample[:]
-    for target, want_running in ((wall, None), (cpu, True)):
+    # a format-4 recording's pprof has a column per sample type (samples, wall, cpu): each profile keeps
+    # its own; an older one has no cpu column and the cpu profile is the wall column of running samples
+    names = [strings[st.type] for st in wall.sample_type]
+    wall_cols = [i for i, n in enumerate(names) if n != "cpu"]
+    cpu_cols = [i for i, n in enumerate(names) if n != "wall"] if "cpu" in names else wall_cols
+    for target, want_running, columns in ((wall, None, wall_cols), (cpu, True, cpu_cols)):
+        types = [target.sample_type[i] for i in columns]
+        del target.sample_type[:]
+        for vt in types:
+            target.sample_type.add().CopyFrom(vt)
+        target.default_sample_type = types[-1].type
         for locs, values, labels, is_running in keep_wall:
             if want_running and not is_running:
                 continue
             s = target.sample.add()
             s.location_id.extend(locs)
-            s.value.extend(values)
+            s.value.extend(values[i] for i in columns)
             for key, str_index, text in labels:
                 lb = s.label.add()
                 lb.key = key
