@@ -33,7 +33,8 @@ TITLE_S = 1.0               # process titles (puma's `puma: cluster worker 0`) a
 MAX_PROCESSES = 256         # processes recorded at once; more are left out (counted)
 # the counts of the end record that add up over the processes (ticks, late, missed: process 0's sampler's)
 SUMMED = ("samples", "torn", "retried", "reused", "errors", "yjit_no_line", "span_unsure", "in_context", "spans_lost",
-          "endpoints_refused", "threads", "symbol_errors", "names_superseded", "names_unproven", "pauses_seen")
+          "endpoints_refused", "threads", "symbol_errors", "names_superseded", "names_unproven", "pauses_seen",
+          "names_read_in_sweep")
 
 
 def open_output(path: str) -> IO[bytes]:
