@@ -87,6 +87,7 @@ class Drainer:
         self.kernel_view_announced = False
         self.spans = SpanReader(target.registry, writer,
                                 target.info["created_mono_ns"] if from_start else None)
+        self.note_sweeps()      # before the first samples: an app idle mid-sweep is named at once
 
     def write_iseq(self, addr: int, at_ns: int, source: str, info: dict, **extra) -> None:
         self.remote.forget(addr)    # a new ISeq here: cached facts about the address are stale

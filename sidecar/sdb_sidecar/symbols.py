@@ -84,11 +84,11 @@ class RemoteRuby:
         found no word to read; layout.gc_sweeps_addr)."""
         L = self.L
         try:
-            if L["gc_sweeps_addr"]:
+            if L.get("gc_sweeps_addr"):
                 # 3.3+: the gem's count of sweep starts and ends, odd during one
                 now = self.u64(L["gc_sweeps_addr"], "the GC's sweep count")
                 state = None if now & 1 else now
-            elif L["gc_count_addr"] and L["gc_flags_addr"]:
+            elif L.get("gc_count_addr") and L.get("gc_flags_addr"):
                 # before 3.2: GCs started and the mode, the count read on the outside of the mode
                 # (a cycle that starts and sweeps between the two reads changes the count)
                 if closing is None:
@@ -110,9 +110,9 @@ class RemoteRuby:
         span of time means nothing alive at its start was freed within it."""
         L = self.L
         try:
-            if L["gc_sweeps_addr"]:
+            if L.get("gc_sweeps_addr"):
                 return (self.u64(L["gc_sweeps_addr"], "the GC's sweep count") + 1) // 2
-            if L["gc_count_addr"] and L["gc_flags_addr"]:
+            if L.get("gc_count_addr") and L.get("gc_flags_addr"):
                 return self.u64(L["gc_count_addr"], "the GC count")
         except RemoteReadError:
             pass
