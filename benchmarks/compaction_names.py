@@ -12,7 +12,9 @@ Prints one line per run and one per Ruby: samples, Ruby frames, wrong paths, unn
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,11 +34,23 @@ def a_file_or_eval(path: str) -> bool:
     return (os.path.isabs(path) and os.path.exists(path)) or path.startswith("(eval") or path.startswith("<internal:")
 
 
+# a label Ruby gives an ISeq of the program: a method's name, a block's, a class body's, <main> ...; not
+# one of the program's Strings (a number, an eval's source). <compiled>: 3.4's eval (prism)
+LABEL = re.compile(r"^(block (\(\d+ levels\) )?in )?(<main>|<compiled>|<top \(required\)>|<class:\w+>|<module:\w+>|"
+                   r"[A-Za-z_][A-Za-z0-9_]*[?!=]?|<internal:\w+>)$")
+
+
+def a_label(label: str) -> bool:
+    return bool(LABEL.match(label))
+
+
 def count(trace: str) -> dict:
-    """Samples, Ruby frames, frames with a wrong path, unnamed frames: each frame named as the symbolizer
-    joins it (Tables.symbol_at, by address, time and copy window)."""
+    """Samples, Ruby frames, frames with a wrong path or label, unnamed frames: each frame named as the
+    symbolizer joins it (Tables.symbol_at, by address, time and copy window). `wrong_records`: the
+    records that gave a wrong name (their source says which read), with the first sample that used each."""
     t = load_tables(trace)
-    c = {"samples": 0, "frames": 0, "wrong": 0, "unnamed": 0, "pauses": len(t.ebpf_pauses), "wrong_paths": set()}
+    c = {"samples": 0, "frames": 0, "wrong": 0, "unnamed": 0, "pauses": len(t.ebpf_pauses), "wrong_paths": set(),
+         "wrong_records": {}, "ebpf": (t.end or {}).get("ebpf")}
 
     def on_batch(base, dts, threads, stacks, states, wins):
         for dt, sid, w in zip(dts, stacks, wins):
@@ -49,9 +63,10 @@ def count(trace: str) -> dict:
                 s = t.symbol_at(t.iseqs, t.frame_iseq[fid], at, at - w * 1000 if w else None)
                 if s is None or s.label == "(unknown)":
                     c["unnamed"] += 1
-                elif not a_file_or_eval(s.path):
+                elif not a_file_or_eval(s.path) or not a_label(s.label):
                     c["wrong"] += 1
-                    c["wrong_paths"].add(s.path[:60])
+                    c["wrong_paths"].add(f"{s.label[:40]} ({s.path[:60]})")
+                    c["wrong_records"].setdefault(id(s.record), (s.record, at, w))
     iter_samples(trace, on_batch, windows=True)
     return c
 
@@ -83,16 +98,27 @@ def main() -> None:
     ap.add_argument("--ruby", action="append", required=True, help="RUBY[:GEM_HOME] (empty GEM_HOME: the Ruby's own gems)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--keep", metavar="DIR", help="keep the traces that show a wrong name in DIR, and the "
+                    "records that gave it (DIR/runN.wrong.json)")
     args = ap.parse_args()
     for spec in args.ruby:
         ruby, _, gem_home = spec.partition(":")
         total = {"samples": 0, "frames": 0, "wrong": 0, "unnamed": 0}
         with tempfile.TemporaryDirectory() as tmp:
             for i in range(args.runs):
-                c = run_once(ruby, gem_home, args.seconds, os.path.join(tmp, f"run{i}.msgpack"))
+                out = os.path.join(tmp, f"run{i}.msgpack")
+                c = run_once(ruby, gem_home, args.seconds, out)
+                if c["wrong"] and args.keep:
+                    os.makedirs(args.keep, exist_ok=True)
+                    kept = os.path.join(args.keep, f"{os.path.basename(ruby)}-{int(time.time())}-run{i}")
+                    os.replace(out, kept + ".msgpack")
+                    with open(kept + ".wrong.json", "w") as f:
+                        json.dump([{"record": r, "sample_ns": at, "window_us": w}
+                                   for r, at, w in c["wrong_records"].values()], f, default=repr, indent=1)
+                    print(f"kept {kept}.msgpack", flush=True)
                 print(f"{ruby} run {i + 1}: {c['samples']} samples, {c['frames']} Ruby frames, wrong paths "
                       f"{c['wrong']} {sorted(c['wrong_paths'])[:5]}, unnamed {c['unnamed']}, eBPF pauses "
-                      f"{c['pauses']}", flush=True)
+                      f"{c['pauses']}, eBPF {json.dumps(c['ebpf'], default=repr)[:300]}", flush=True)
                 for k in total:
                     total[k] += c[k]
                 time.sleep(1)

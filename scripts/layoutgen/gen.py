@@ -163,27 +163,35 @@ def compile_and_run(tree: Path, source: Path, defines: Dict[str, str], workdir: 
 
 
 def objspace_facts(tree: Path, workdir: Path) -> Dict[str, int]:
-    """rb_objspace.flags: its offset, and the bits of during_gc and dont_gc, on gc.c itself cut
-    after the flags member (everything gc.c defines before it, none of what follows)."""
+    """rb_objspace: the offset of its flags, the bits of during_gc and dont_gc and of the mode (the
+    mask, and its value while a sweep is in progress), and the offset of profile.count (the GCs
+    started: rb_gc_count), on gc.c itself cut after the struct (everything gc.c defines before it,
+    none of what follows)."""
     gc = (tree / "gc.c").read_text(errors="replace")
     start = gc.find("typedef struct rb_objspace {")
-    end = gc.find("} flags;", start)
+    end = gc.find("} rb_objspace_t;", start)
     if start < 0 or end < 0:
-        raise ProbeFailed(f"{tree}/gc.c: no `typedef struct rb_objspace {{ ... }} flags;`")
-    cut = gc[:end + len("} flags;")]
+        raise ProbeFailed(f"{tree}/gc.c: no `typedef struct rb_objspace {{ ... }} rb_objspace_t;`")
+    cut = gc[:end] + "} rb_objspace_t_head;"
     probe = workdir / "objspace_probe.c"
     probe.write_text(cut + r"""
-} rb_objspace_t_head;
 #include <stdio.h>
 static int sdb_bit(const rb_objspace_t_head *z) {
     unsigned int w; memcpy(&w, (const char *)z + offsetof(rb_objspace_t_head, flags), sizeof w);
     return w ? __builtin_ctz(w) : -1;
+}
+static unsigned int sdb_word(const rb_objspace_t_head *z) {
+    unsigned int w; memcpy(&w, (const char *)z + offsetof(rb_objspace_t_head, flags), sizeof w);
+    return w;
 }
 int main(void) {
     static rb_objspace_t_head z;
     printf("objspace_flags %lu\n", (unsigned long)offsetof(rb_objspace_t_head, flags));
     memset(&z, 0, sizeof z); z.flags.during_gc = 1; printf("gc_during_bit %d\n", sdb_bit(&z));
     memset(&z, 0, sizeof z); z.flags.dont_gc = 1; printf("gc_dont_gc_bit %d\n", sdb_bit(&z));
+    memset(&z, 0, sizeof z); z.flags.mode = ~0u; printf("gc_mode_mask %u\n", sdb_word(&z));
+    memset(&z, 0, sizeof z); z.flags.mode = gc_mode_sweeping; printf("gc_mode_sweeping %u\n", sdb_word(&z));
+    printf("objspace_count %lu\n", (unsigned long)offsetof(rb_objspace_t_head, profile.count));
     return 0;
 }
 """)
@@ -300,7 +308,8 @@ def row_fields(facts: Dict[str, object]) -> Dict[str, int]:
     row.update(thread_status=byte, thread_status_shift=shift, thread_status_mask=mask)
     if not old:
         row.update(thread_status=NA, thread_status_shift=NA, thread_status_mask=NA)
-        row.update(objspace_flags=NA, gc_during_bit=NA, gc_dont_gc_bit=NA)
+        row.update(objspace_flags=NA, gc_during_bit=NA, gc_dont_gc_bit=NA, gc_mode_mask=NA, gc_mode_sweeping=NA,
+                   objspace_count=NA)
     row["rstring_heap_ptr"] = word(f, "rstring_heap_ptr_at", "pointer")
     row["rstring_heap_len"] = word(f, "rstring_heap_len_at", "pointer")
     row["rstring_embed_ary"] = word(f, "rstring_embed_ary_at", "embedded")

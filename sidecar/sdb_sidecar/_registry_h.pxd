@@ -186,15 +186,17 @@ cdef extern from "sdb_registry.h" nogil:
         uint32_t frame_magic_ifunc
         uint32_t frame_magic_eval
         uint32_t frame_magic_dummy
-        uint32_t reserved32
-        uint16_t reserved16[2]
+        uint32_t gc_mode_mask
+        uint16_t gc_mode_sweeping
+        uint16_t objspace_count
         uint64_t global_symbols_addr
         uint64_t id_classpath
         uint64_t id_tmp_classpath
         uint64_t id_attached
         uint64_t gc_flags_addr
         uint64_t running_ec_addr
-        uint64_t reserved64[2]
+        uint64_t gc_sweeps_addr
+        uint64_t gc_count_addr
 
     struct sdb_slot:
         uint64_t gen

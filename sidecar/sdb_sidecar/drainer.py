@@ -2,6 +2,7 @@
 method entries) by eBPF's births or by reading the target."""
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 from sdb_trace import TraceWriter
@@ -23,6 +24,11 @@ GIVEN_UP = -1
 # the ISeq is written (unknown): until then its samples wait for their name, none goes unnamed for a
 # compaction. Not an ISeq replaced at the address: that read names nothing, at once.
 READ_AGAIN_NS = 500_000_000
+
+# A read set aside for a GC sweep (Drainer.read_iseq) is tried again after SWEEP_WAIT_S, within at
+# most SWEEP_WAIT_BUDGET_S of waits a drain, before it waits for the next drain
+SWEEP_WAIT_S = 0.002
+SWEEP_WAIT_BUDGET_S = 0.02
 
 # the name of a sampled ISeq that was gone before it could be read (without eBPF to name it at birth)
 UNKNOWN_ISEQ = {"label": "(unknown)", "base_label": "(unknown)", "path": "", "realpath": None, "first_line": 0,
@@ -46,6 +52,7 @@ class Drainer:
     (unknown) (`read_again`, READ_AGAIN_NS)."""
 
     BIRTHS_KEPT = 4     # per address: enough for the births since any pending read's `lo`
+    SWEEP_COUNTS_KEPT = 16  # the sweep counts of the last drains: enough for any pending read's `lo`
 
     def __init__(self, target: Target, sampler: "_sampler.Sampler", writer: TraceWriter,
                  ebpf: Optional[EbpfView] = None, from_start: bool = False):
@@ -56,6 +63,9 @@ class Drainer:
         self.symbol_errors = 0      # names that could not be read (the ISeq or method entry was gone)
         self.superseded = 0         # remote reads that found a successor born since the sample
         self.unproven = 0           # remote names taken without eBPF's proof that nothing was born between
+        self.sweep_reads = 0        # ISeq reads set aside (read again) for a GC sweep before or during them
+        self.sweep_counts: list = []    # [(ns, GC sweeps started by then)], at the end of the last drains
+        self.sweep_wait_left = SWEEP_WAIT_BUDGET_S  # this drain's waits for sweeps left (read_iseq)
         self.unnamed_iseqs = 0      # ISeqs written as (unknown): gone, replaced, or superseded before the read
         self.unnamed_methods = 0    # method entries written without a name
         self.renamed_iseqs = 0      # ISeqs written as (unknown) whose read, when sampled again, named them
@@ -77,6 +87,7 @@ class Drainer:
         self.kernel_view_announced = False
         self.spans = SpanReader(target.registry, writer,
                                 target.info["created_mono_ns"] if from_start else None)
+        self.note_sweeps()      # before the first samples: an app idle mid-sweep is named at once
 
     def write_iseq(self, addr: int, at_ns: int, source: str, info: dict, **extra) -> None:
         self.remote.forget(addr)    # a new ISeq here: cached facts about the address are stale
@@ -147,27 +158,68 @@ class Drainer:
             self.ebpf.sync()
             self.drain_ebpf()
 
-    def read_iseq(self, addr: int, encoded: int) -> tuple:
+    def sweeps_at(self, at_ns: int) -> Optional[int]:
+        """The target's count of GC sweeps started (RemoteRuby.gc_sweeps_started) as read last at
+        or before at_ns (at the end of a drain), or None."""
+        best = None
+        for t, n in self.sweep_counts:
+            if t > at_ns:
+                break
+            best = n
+        return best
+
+    def note_sweeps(self) -> None:
+        n = self.remote.gc_sweeps_started()
+        if n is not None:
+            self.sweep_counts.append((_sampler.monotonic_ns(), n))
+            del self.sweep_counts[:-self.SWEEP_COUNTS_KEPT]
+
+    def read_iseq(self, addr: int, encoded: int, lo: int = 0) -> tuple:
         """The name of the ISeq at addr, read from the target: (its info or None, whether another ISeq
-        than the sample's is there (other instructions), when it was read)."""
-        self.remote.forget(addr)
-        try:
-            if encoded and self.remote.u64(self.remote.iseq_body(addr) + self.remote.L["body_iseq_encoded"],
-                                           "ISeq instructions") != encoded:
-                return None, True, _sampler.monotonic_ns()
-            return self.remote.iseq_info(addr), False, _sampler.monotonic_ns()
-        except RemoteReadError:
-            return None, False, _sampler.monotonic_ns()
+        than the sample's is there (other instructions), when it was read). A sample showed it alive,
+        but it may have died since: then only a sweep frees its name's Strings, and a lazy sweep can
+        have freed them (their slots refilled by the program's new Strings) while the ISeq, on a page
+        not swept yet, reads whole, with its own instructions, twice alike. So a read is taken only
+        when no sweep was in progress before or after it and none ran in between (RemoteRuby.gc_calm:
+        a dead ISeq is freed by the sweep that frees its Strings), or when no sweep started since a
+        moment before lo (sweep_counts: what was alive then is whole); else it is tried again
+        shortly (SWEEP_WAIT_S, within the drain's budget), then it failed on what passes, and is
+        read again at the next drains."""
+        since = self.sweeps_at(lo)
+        while True:
+            self.remote.forget(addr)
+            calm = self.remote.gc_calm()
+            try:
+                if encoded and self.remote.u64(self.remote.iseq_body(addr) + self.remote.L["body_iseq_encoded"],
+                                               "ISeq instructions") != encoded:
+                    return None, True, _sampler.monotonic_ns()
+                info = self.remote.iseq_info(addr)
+            except RemoteReadError:
+                return None, False, _sampler.monotonic_ns()
+            if (calm is not None and self.remote.gc_calm(calm)) or \
+                    (since is not None and self.remote.gc_sweeps_started() == since):
+                return info, False, _sampler.monotonic_ns()
+            if self.sweep_wait_left <= 0:
+                self.sweep_reads += 1
+                return None, False, _sampler.monotonic_ns()
+            # a lazy sweep ends within milliseconds while the app allocates: try again shortly
+            # rather than at the next drain, a tenth of a second or more from now
+            self.sweep_wait_left -= SWEEP_WAIT_S
+            time.sleep(SWEEP_WAIT_S)
 
     def name_remotely(self, final: bool = False) -> None:
         """Name the ISeqs in to_read by reading them (see the class's docstring); a read that failed on
         what passes is tried again at the next drains (read_again), or at once for the last time
         (final: the recording or its file ends, or a snapshot names what it has now)."""
         now = _sampler.monotonic_ns()
+        self.sweep_wait_left = SWEEP_WAIT_BUDGET_S
         reads = self.read_again + [(addr, lo, encoded, now) for addr, lo, encoded in self.to_read]
         self.to_read, self.read_again = [], []
         done = []
         read: dict = {}     # (addr, instructions) -> (info or None, replaced, read_ns): one read each
+        first_lo: dict = {}     # (addr, instructions) -> the earliest lo it is read for
+        for addr, lo, encoded, _ in reads:
+            first_lo[(addr, encoded)] = min(lo, first_lo.get((addr, encoded), lo))
         for addr, lo, encoded, first_read in reads:
             if self.named_at_birth(addr, lo, encoded):
                 continue
@@ -179,7 +231,7 @@ class Drainer:
                 self.writer.iseq(addr, at_ns=at_ns, source="restated", **info)
                 continue
             if (addr, encoded) not in read:
-                read[(addr, encoded)] = self.read_iseq(addr, encoded)
+                read[(addr, encoded)] = self.read_iseq(addr, encoded, first_lo[(addr, encoded)])
             info, replaced, read_ns = read[(addr, encoded)]
             if info is None:
                 if not (final or replaced) and now - first_read < READ_AGAIN_NS:
@@ -232,6 +284,7 @@ class Drainer:
         trace file (rotation; `restate` writes what that file needs first). reset or final: every
         ISeq it showed is named now or written (unknown), none left to read again."""
         d = self.sampler.drain(encode_samples=True, reset=reset)
+        self.note_sweeps()      # for the samples the next drains hand over (read_iseq)
         self.cut = d.get("cut")         # reset: the sampler's counters at the cut
         w = self.writer
         if self.ebpf is not None and not self.ebpf_announced and self.ebpf.attached_ns < 1 << 63:

@@ -35,7 +35,7 @@ MAX_PROCESSES = 256         # processes recorded at once; more are left out (cou
 # the counts of the end record that add up over the processes (ticks, late, missed: process 0's sampler's)
 SUMMED = ("samples", "torn", "retried", "reused", "errors", "yjit_no_line", "span_unsure", "in_context",
           "in_context_untimed", "spans_lost", "endpoints_refused", "threads", "symbol_errors", "names_superseded",
-          "names_unproven", "pauses_seen")
+          "names_unproven", "pauses_seen", "names_read_in_sweep")
 
 
 def open_output(path: str) -> IO[bytes]:

@@ -481,7 +481,7 @@ class Session:
                 "pauses_seen": stats["pauses_seen"],
                 "spans_lost": d.spans.lost, "endpoints_refused": self.target.registry.strings_refused,
                 "threads": stats["threads"], "symbol_errors": d.symbol_errors,
-                "names_superseded": d.superseded, "names_unproven": d.unproven,
+                "names_superseded": d.superseded, "names_unproven": d.unproven, "names_read_in_sweep": d.sweep_reads,
                 "unnamed": {"iseqs": d.unnamed_iseqs, "methods": d.unnamed_methods},
                 "renamed": {"iseqs": d.renamed_iseqs, "methods": d.renamed_methods},
                 "ebpf": self.symbolizer.summary() if self.symbolizer is not None else None,

@@ -53,6 +53,9 @@ class RemoteReadError(Exception):
     pass
 
 
+GC_UNKNOWN = ("GC state unknown",)     # RemoteRuby.gc_calm: this Ruby's layout gives no word to read
+
+
 class RemoteRuby:
     def __init__(self, sampler, layout: dict):
         self._read = sampler.read_memory
@@ -69,6 +72,51 @@ class RemoteRuby:
         if flags & L["t_mask"] != L["t_imemo"]:
             return -1
         return (flags >> L["imemo_shift"]) & L["imemo_mask"]
+
+    # ------------------------------------------------------------ GC
+    def gc_calm(self, closing=None):
+        """Whether no GC sweep can have freed an object of the target since `closing`'s opening:
+        called once before a read (closing None), it returns a token; called after the read with
+        that token, True when no sweep was in progress at either end and none ran in between (only
+        a sweep frees an object, and a lazy one leaves a dead ISeq whole on a page not swept yet
+        while its name's Strings, swept on another, are already other Strings). None before the
+        read: a sweep is in progress now. GC_UNKNOWN: this Ruby's layout does not say (the gem
+        found no word to read; layout.gc_sweeps_addr)."""
+        L = self.L
+        try:
+            if L.get("gc_sweeps_addr"):
+                # 3.3+: the gem's count of sweep starts and ends, odd during one
+                now = self.u64(L["gc_sweeps_addr"], "the GC's sweep count")
+                state = None if now & 1 else now
+            elif L.get("gc_count_addr") and L.get("gc_flags_addr"):
+                # before 3.2: GCs started and the mode, the count read on the outside of the mode
+                # (a cycle that starts and sweeps between the two reads changes the count)
+                if closing is None:
+                    count = self.u64(L["gc_count_addr"], "the GC count")
+                mode = struct.unpack("<I", self.read(L["gc_flags_addr"], 4, "the GC's flags"))[0] & L["gc_mode_mask"]
+                if closing is not None:
+                    count = self.u64(L["gc_count_addr"], "the GC count")
+                state = None if mode == L["gc_mode_sweeping"] else (count, mode)
+            else:
+                return GC_UNKNOWN if closing is None else closing is GC_UNKNOWN
+        except RemoteReadError:
+            state = None
+        return state if closing is None else (state is not None and state == closing)
+
+    def gc_sweeps_started(self) -> Optional[int]:
+        """How many GC sweeps have started so far, or more (before 3.2: the GCs started, each sweeps
+        after its mark); None when this Ruby's layout gives no word to read. An object alive at one
+        moment can be freed only by a sweep that starts after it: the same number at both ends of a
+        span of time means nothing alive at its start was freed within it."""
+        L = self.L
+        try:
+            if L.get("gc_sweeps_addr"):
+                return (self.u64(L["gc_sweeps_addr"], "the GC's sweep count") + 1) // 2
+            if L.get("gc_count_addr") and L.get("gc_flags_addr"):
+                return self.u64(L["gc_count_addr"], "the GC count")
+        except RemoteReadError:
+            pass
+        return None
 
     # ------------------------------------------------------------ primitives
     def read(self, addr: int, n: int, what: str) -> bytes:

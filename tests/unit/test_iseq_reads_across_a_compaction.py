@@ -1,7 +1,9 @@
 """The Drainer's reads of ISeq names (sdb_sidecar.drainer.Drainer.name_remotely) against a made-up target
 whose reads fail as a GC compaction makes them fail: a read that fails on what passes is read again at
 the next drains and names the sample's ISeq from the sample's own window; one that keeps failing, or an
-ISeq replaced at the address, is written (unknown) and counted; the last read of a recording is final."""
+ISeq replaced at the address, is written (unknown) and counted; the last read of a recording is final.
+A read taken while a GC sweep that started after the sample is in progress (or that one ran through)
+is not trusted: read again, named once no sweep can have freed the name's Strings."""
 from __future__ import annotations
 
 import time
@@ -29,9 +31,18 @@ class Remote:
         self.instructions = instructions
         self.L = {"body_iseq_encoded": 8}
         self.reads = 0
+        self.sweeps = 0             # GC sweeps started so far
+        self.sweeping = False       # the last of them still in progress
 
     def forget(self, addr):
         pass
+
+    def gc_calm(self, closing=None):
+        state = None if self.sweeping else self.sweeps
+        return state if closing is None else (state is not None and state == closing)
+
+    def gc_sweeps_started(self):
+        return self.sweeps
 
     def iseq_body(self, addr):
         return addr + 0x100
@@ -129,3 +140,58 @@ def test_an_iseq_sampled_again_while_its_read_waits_is_read_once_a_drain_and_nam
     # THEN one read names both samples' ISeq, each from its own window
     assert d.remote.reads == 2
     assert d.writer.iseqs == [(A, 10, "remote", NAME), (A, 20, "remote", NAME)]
+
+
+class SweptRemote(Remote):
+    """The target after the sample: a sweep started since, and, while it is in progress, the ISeq at A
+    (dead, on a page not swept yet) reads whole with its path's slot holding another String."""
+
+    def iseq_info(self, addr):
+        self.reads += 1
+        return dict(NAME, path="1299", realpath="1299") if self.sweeping else dict(NAME)
+
+
+def test_a_read_while_a_sweep_started_since_the_sample_is_in_progress_is_read_again_after_it():
+    # GIVEN a sample that showed the ISeq at A, then a sweep that started since and is in progress
+    d = drainer_over(SweptRemote(failures=0))
+    d.note_sweeps()
+    lo = drainer._sampler.monotonic_ns()
+    d.remote.sweeps, d.remote.sweeping = 1, True
+    d.to_read.append((A, lo, INSTRUCTIONS))
+    # WHEN the Drainer reads it, and again at the next drain once the sweep has ended
+    d.name_remotely()
+    written_first = list(d.writer.iseqs)
+    d.remote.sweeping = False
+    d.name_remotely()
+    # THEN the first read names nothing (no "1299"), counted; the second names it from the sample's window
+    assert written_first == [] and d.sweep_reads == 1
+    assert d.writer.iseqs == [(A, lo, "remote", NAME)]
+    assert (d.symbol_errors, d.unnamed_iseqs) == (0, 0)
+
+
+def test_a_read_in_a_sweep_that_never_ends_before_the_read_again_allowance_is_unknown():
+    # GIVEN the same, the sweep still in progress at the last read (the recording ends)
+    d = drainer_over(SweptRemote(failures=0))
+    d.note_sweeps()
+    lo = drainer._sampler.monotonic_ns()
+    d.remote.sweeps, d.remote.sweeping = 1, True
+    d.to_read.append((A, lo, INSTRUCTIONS))
+    d.name_remotely()
+    d.name_remotely(final=True)
+    # THEN the ISeq is (unknown), counted: never the String in its path's slot
+    assert d.writer.iseqs == [(A, lo, "remote", UNKNOWN_ISEQ)]
+    assert (d.unnamed_iseqs, d.sweep_reads) == (1, 2)
+
+
+def test_a_sweep_in_progress_since_before_the_sample_does_not_stop_the_read():
+    # GIVEN an app idle in the middle of a lazy sweep (it allocates nothing, so the sweep does not
+    # go on): the sweep started before the sample, and none since
+    d = drainer_over(Remote(failures=0))
+    d.remote.sweeps, d.remote.sweeping = 1, True
+    d.note_sweeps()
+    lo = drainer._sampler.monotonic_ns()
+    d.to_read.append((A, lo, INSTRUCTIONS))
+    # WHEN the Drainer reads it
+    d.name_remotely()
+    # THEN it is named at once: what was alive at the sample is freed only by a sweep started after it
+    assert d.writer.iseqs == [(A, lo, "remote", NAME)] and d.sweep_reads == 0

@@ -412,13 +412,24 @@ sdb_check_classes(struct sdb_layout *L, VALUE mod)
 /* ---------- GC (for the sidecar's "(garbage collection)" frame) ----------
  * Ruby calls GC_ENTER/GC_EXIT hooks around every piece of GC work (a full mark, an incremental
  * step, a lazy sweep step), on the thread that does it, which holds the GVL. The hook stores
- * 1/0 in the header: the sidecar reads it with its sample, no syscall. */
+ * 1/0 in the header: the sidecar reads it with its sample, no syscall.
+ * GC_END_MARK and GC_END_SWEEP bracket each sweep (a compaction runs inside it): sdb_gc_sweeps
+ * counts both, odd while a sweep is in progress. Only a sweep frees objects, and a lazy one frees
+ * a dead ISeq's Strings on one page while the ISeq itself, on a page not swept yet, still reads
+ * whole: the sidecar trusts a name it reads only when this word was even and the same before and
+ * after the read (layout.gc_sweeps_addr; symbols.py: RemoteRuby.gc_calm). */
+static volatile uint64_t sdb_gc_sweeps;
+
 static void
 sdb_gc_event(VALUE tpval, void *data)
 {
     rb_event_flag_t ev = rb_tracearg_event_flag(rb_tracearg_from_tracepoint(tpval));
     struct sdb_header *h = sdb.hdr;
     (void)data;
+    if (ev & (RUBY_INTERNAL_EVENT_GC_END_MARK | RUBY_INTERNAL_EVENT_GC_END_SWEEP)) {
+        __atomic_add_fetch(&sdb_gc_sweeps, 1, __ATOMIC_RELEASE);
+        return;
+    }
     if (h) __atomic_store_n(&h->gc_active, (ev & RUBY_INTERNAL_EVENT_GC_ENTER) ? 1u : 0u, __ATOMIC_RELAXED);
 }
 
@@ -426,6 +437,7 @@ void
 sdb_hook_gc(void)
 {
     static VALUE tp = 0;
+    VALUE state;
 #if RUBY_API_VERSION_MAJOR == 3 && RUBY_API_VERSION_MINOR < 3
     /* Before 3.3, any GC event hook turns off the allocation fast path for every object
      * (gc.c: newobj_of checks flags.has_hook, set by any objspace event; 3.3 checks only for a
@@ -434,10 +446,19 @@ sdb_hook_gc(void)
     return;
 #endif
     if (tp) return;
-    tp = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_GC_ENTER | RUBY_INTERNAL_EVENT_GC_EXIT, sdb_gc_event, NULL);
+    tp = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_GC_ENTER | RUBY_INTERNAL_EVENT_GC_EXIT |
+                           RUBY_INTERNAL_EVENT_GC_END_MARK | RUBY_INTERNAL_EVENT_GC_END_SWEEP, sdb_gc_event, NULL);
     rb_obj_hide(tp); /* not one more TracePoint for ObjectSpace.each_object */
     rb_gc_register_mark_object(tp);
     rb_tracepoint_enable(tp);
+    /* a sweep under way now (the hook came too late to count its start; a lazy sweep goes on
+     * between GC steps) makes the word odd: GC.latest_gc_info(:state) is :none, :marking or a
+     * sweep's (:sweeping, :compacting) */
+    state = rb_gc_latest_gc_info(ID2SYM(rb_intern("state")));
+    if (state != ID2SYM(rb_intern("none")) && state != ID2SYM(rb_intern("marking"))) sdb_gc_sweeps = 1;
+    /* in the layout a forked child's file copies, and in this file's */
+    sdb.layout.gc_sweeps_addr = (uint64_t)(uintptr_t)&sdb_gc_sweeps;
+    if (sdb.hdr) __atomic_store_n(&sdb.hdr->layout.gc_sweeps_addr, sdb.layout.gc_sweeps_addr, __ATOMIC_RELEASE);
 }
 
 /* ---------- GC seen from outside (Ruby 3.1, where sdb_hook_gc hooks nothing) ----------
@@ -472,6 +493,8 @@ sdb_find_gc_words(struct sdb_layout *L)
 {
     L->gc_flags_addr = 0;
     L->running_ec_addr = 0;
+    L->gc_sweeps_addr = 0;
+    L->gc_count_addr = 0;
 #if RUBY_API_VERSION_MAJOR == 3 && RUBY_API_VERSION_MINOR < 2
     static uint64_t vmw[SDB_VM_WORDS];
     static uint32_t off[SDB_VM_WORDS], on[SDB_VM_WORDS];
@@ -512,6 +535,11 @@ sdb_find_gc_words(struct sdb_layout *L)
     if (found != 1) return;
     L->gc_flags_addr = flags;
     L->running_ec_addr = rec;
+    /* rb_gc_count's word: the table's offset, checked against what Ruby says now */
+    if (L->objspace_count != SDB_NA && L->gc_mode_mask != SDB_NA && L->gc_mode_sweeping != SDB_NA) {
+        uint64_t count_addr = flags - L->objspace_flags + L->objspace_count, count;
+        if (sdb_read_u64(count_addr, &count) == 0 && count == (uint64_t)rb_gc_count()) L->gc_count_addr = count_addr;
+    }
     if (getenv("SDB_DEBUG_LAYOUT"))
         fprintf(stderr, "sdb: GC words: objspace->flags at vm word, running_ec at main ractor +%llu\n",
                 (unsigned long long)(rec - r));

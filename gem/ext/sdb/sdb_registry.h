@@ -246,8 +246,11 @@ struct sdb_layout {
     uint32_t frame_magic_ifunc;
     uint32_t frame_magic_eval;
     uint32_t frame_magic_dummy;
-    uint32_t reserved32;
-    uint16_t reserved16[2];
+    /* rb_objspace, before 3.2 (where the gem hooks no GC): the mode bits of its flags word, their
+     * value while a sweep is in progress, and the offset of profile.count (GCs started) */
+    uint32_t gc_mode_mask;
+    uint16_t gc_mode_sweeping;
+    uint16_t objspace_count;
     uint64_t global_symbols_addr; /* &ruby_global_symbols when known, else 0 */
     /* IDs of the hidden ivars that hold a class path and a singleton's object where they are
      * ivars (3.1), found at require and checked there on a class of the gem's own; 0: none */
@@ -259,7 +262,12 @@ struct sdb_layout {
      * the one collecting. */
     uint64_t gc_flags_addr;      /* &objspace->flags */
     uint64_t running_ec_addr;    /* &main_ractor->threads.running_ec (the ec that last took the GVL) */
-    uint64_t reserved64[2];
+    /* Whether a GC sweep can have freed an object while the sidecar read it (symbols.py: RemoteRuby.gc_calm).
+     * 3.3+: the gem's count of sweep starts and ends, odd while one is in progress (its GC hook);
+     * before 3.2: &objspace->profile.count, read with the mode in objspace->flags (gc_flags_addr).
+     * 0: not known. */
+    uint64_t gc_sweeps_addr;
+    uint64_t gc_count_addr;
 };
 
 struct sdb_slot {
