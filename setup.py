@@ -11,7 +11,7 @@ NATIVE = sorted(glob.glob("sidecar/sdb_sidecar/native/*.c"))
 # The sampler's layers, one extension module each, in the order they build on each other
 # (docs/internals.md, "The sampler's code"); every one gets the C units (their inline helpers reach
 # into them through the .pxd seams).
-MODULES = ["_registry", "_reads", "_walk", "_states", "_sampler"]
+MODULES = ["_registry", "_reads", "_mes", "_walk", "_states", "_slots", "_spawn", "_sampler"]
 
 extensions = [
     Extension(

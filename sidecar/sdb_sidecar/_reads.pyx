@@ -1,8 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Reading the stacks of a tick, the first of the sampler's layers (Reads -> Walk -> States ->
-Sampler): every thread of the tick in the same few process_vm_readv calls (native/readbatch.c),
+"""Reading the stacks of a tick, the first of the sampler's layers (Reads -> MethodEntries ->
+Walk -> States -> Sampler): every thread of the tick in the same few process_vm_readv calls (native/readbatch.c),
 phases 1-3 (docs/internals.md, "Reading the stacks of a tick"); the bytes are checked and named by
-the walk (_walk.pyx). Its __cinit__ takes the Sampler's arguments (Cython passes them to every
+the next layers (_mes.pyx, _walk.pyx). Its __cinit__ takes the Sampler's arguments (Cython passes them to every
 layer): the registry checked, the layout copied and checked, the per-slot caches."""
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcpy

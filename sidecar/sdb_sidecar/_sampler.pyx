@@ -3,9 +3,10 @@
 target with process_vm_readv, without Python's GIL.
 
 One `Sampler` per target, built in layers, each a Cython module over small C units
-(sidecar/sdb_sidecar/native/): `Reads` (_reads.pyx: phases 1-3, batched reads) -> `Walk`
-(_walk.pyx: method entries, checks, interning) -> `States` (_states.pyx: thread states, idle
-reuse) -> `Sampler` (here: slots, the tick, the loop, the hand-over; the samples record encoded by
+(sidecar/sdb_sidecar/native/): `Reads` (_reads.pyx: phases 1-3, batched reads) -> `MethodEntries`
+(_mes.pyx) -> `Walk` (_walk.pyx: checks, interning) -> `States` (_states.pyx: thread states, idle
+reuse) -> `Slots` (_slots.pyx: each slot taken under its seqlock, thread events) -> `Sampler` (here:
+the tick, the loop, the hand-over; the thread it runs in: _spawn.pyx; the samples record encoded by
 native/encode.c). `Registry` is _registry.pyx's.
 
 `start()` runs the tick loop in a native thread of its own (no GIL, from its first tick; `wait()`
@@ -30,40 +31,21 @@ from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcpy, memset
 from sdb_sidecar._util cimport *
 from sdb_sidecar._types cimport *
-from sdb_sidecar._registry cimport Registry, sdb_slot, copy_slot
+from sdb_sidecar._registry cimport Registry, sdb_slot
 from sdb_sidecar._encode cimport sdb_encode_samples, sdb_encode_samples_bound
 from sdb_sidecar._intern cimport sdb_intern_clear, sdb_intern_at, sdb_intern_find_u64
-from sdb_sidecar._tstate cimport sdb_tstate_close
-from sdb_sidecar._states cimport States
+from sdb_sidecar._slots cimport Slots
 from sdb_sidecar._reads cimport sdb_ctx_slot
+from sdb_sidecar._spawn cimport pthread_t, sdb_start_thread
+from sdb_sidecar._spawn import prepare_thread   # the spare start() takes: recorder.py parks it
 from cpython.ref cimport Py_INCREF, Py_DECREF
 import os
 
-cdef extern from "<sched.h>" nogil:
-    cdef struct sched_param:
-        int sched_priority
-    int SCHED_FIFO
-
 cdef extern from "<pthread.h>" nogil:
-    ctypedef unsigned long pthread_t
-    ctypedef struct pthread_attr_t:
-        pass
-    int pthread_attr_init(pthread_attr_t *attr)
-    int pthread_attr_destroy(pthread_attr_t *attr)
-    int pthread_attr_setinheritsched(pthread_attr_t *attr, int inherit)
-    int pthread_attr_setschedpolicy(pthread_attr_t *attr, int policy)
-    int pthread_attr_setschedparam(pthread_attr_t *attr, const sched_param *param)
-    int PTHREAD_EXPLICIT_SCHED
-    int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *) noexcept nogil, void *arg)
     int pthread_join(pthread_t thread, void **ret)
-    ctypedef struct pthread_cond_t:
-        pass
-    int pthread_cond_init(pthread_cond_t *c, void *attr)
-    int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
-    int pthread_cond_signal(pthread_cond_t *c)
 
 
-cdef class Sampler(States):
+cdef class Sampler(Slots):
     cdef uint64_t period_ns
     cdef uint64_t jitter_ns
     cdef uint64_t rng
@@ -75,7 +57,7 @@ cdef class Sampler(States):
     cdef uint64_t pause_seen             # its value at the last tick
     cdef readonly uint64_t pauses_seen   # its changes seen at a tick: every ISeq named anew there
     # counters (read by stats())
-    cdef readonly uint64_t late, missed, torn, retried, errors, threads_seen
+    cdef readonly uint64_t late, missed, torn, retried
     cdef readonly uint64_t start_ns, last_tick_ns
     cdef readonly uint64_t read_ns_total   # time spent reading stacks (for the benchmark)
     # start()/wait(): the native thread that runs the loop
@@ -199,92 +181,6 @@ cdef class Sampler(States):
                 self.cache[i].has_prev = 0
         finally:
             pthread_mutex_unlock(&self.mu)
-
-    cdef void thread_event(self, const sdb_slot *copy, uint32_t ended, uint64_t serial, uint64_t now) noexcept nogil:
-        cdef ThreadEvt *e
-        if grow(<void **>&self.g.tevts, &self.g.tevt_cap, self.g.tevt_len + 1, sizeof(ThreadEvt)) != 0:
-            return
-        e = &self.g.tevts[self.g.tevt_len]
-        self.g.tevt_len += 1
-        memset(e, 0, sizeof(ThreadEvt))
-        e.ended = ended
-        e.serial = serial
-        e.at_ns = now
-        if copy != NULL:
-            e.tid = copy.native_tid
-            e.start_ns = copy.start_mono_ns
-            e.flags = copy.flags
-            memcpy(e.name, copy.name, 64)
-            e.name[63] = 0
-
-    cdef int take_slot(self, uint32_t idx, uint64_t now, Job *job) noexcept nogil:
-        """Copies slot idx under its seqlock into job; thread events on changes. 0: nothing to sample."""
-        cdef const sdb_slot *s = <const sdb_slot *>(self.reg.base + self.reg.slots_offset
-                                                    + <size_t>idx * self.reg.slot_size)
-        cdef SlotCache *c = &self.cache[idx]
-        cdef sdb_slot copy
-        cdef uint64_t g1
-        if not copy_slot(s, &copy, &g1, 2):
-            return 0                        # being written right now: next tick
-        if copy.live and copy.serial == c.ended_serial:
-            return 0                        # ended (th->status), its slot not yet handed back
-        if not copy.live:
-            if c.serial != 0:
-                self.thread_event(NULL, 1, c.serial, now)
-                c.serial = 0
-                c.has_prev = 0
-                sdb_tstate_close(&c.ts)
-            return 0
-        if c.serial != copy.serial:
-            if c.serial != 0:
-                self.thread_event(NULL, 1, c.serial, now)
-                sdb_tstate_close(&c.ts)
-            c.serial = copy.serial
-            c.gen = g1
-            c.ec = 0
-            c.has_prev = 0
-            c.nmemo = 0
-            self.threads_seen += 1
-            self.thread_event(&copy, 0, copy.serial, now)
-        elif c.gen != g1:
-            c.gen = g1
-            self.thread_event(&copy, 0, copy.serial, now)
-        job.slot = idx
-        job.result = R_OK
-        job.serial = copy.serial
-        job.gen = g1
-        job.ec_addr = copy.ec_addr
-        job.thread_addr = copy.thread_addr
-        job.tid = copy.native_tid
-        job.word = copy.state
-        job.state = copy.state & 0xff
-        job.kv_cand = 0
-        job.span0 = sdb_load_acquire_u64(&s.span)     # span before span_ec: the gem stores them the other way
-        job.span_ec = sdb_load_acquire_u64(&s.span_ec)
-        return 1
-
-    cdef void end_by_status(self, Job *job, uint64_t now) noexcept nogil:
-        """The thread of a live slot has ended (Ruby 3.1's th->status): its thread_end now; the slot
-        is not read again until the gem hands it back (its next registration sweeps it)."""
-        cdef SlotCache *c = &self.cache[job.slot]
-        if c.serial != job.serial:
-            return
-        self.thread_event(NULL, 1, c.serial, now)
-        c.ended_serial = c.serial
-        c.serial = 0
-        c.has_prev = 0
-        sdb_tstate_close(&c.ts)
-
-    cdef int settle(self, Job *job, uint64_t now) noexcept nogil:
-        """A read that neither succeeded nor tore: a thread gone is counted as an error, one that
-        ended (th->status) is ended; R_FATAL (the target is gone or unreadable) is returned."""
-        if job.result == R_GONE:
-            self.errors += 1
-        elif job.result == R_ENDED:
-            self.end_by_status(job, now)
-        elif job.result == R_FATAL:
-            return R_FATAL
-        return R_OK
 
     cdef int tick(self, uint64_t now) noexcept nogil:
         """Sample every registered thread once. Returns R_FATAL when the target is gone."""
@@ -440,8 +336,7 @@ cdef class Sampler(States):
             raise RuntimeError("the sampler was started already")
         self.loop_duration = duration_s
         Py_INCREF(self)                 # the thread's reference, given back by wait()
-        if not _take_spare(<void *>self, realtime, &self.loop_thread):
-            err = _create_thread(&self.loop_thread, realtime, _sampler_thread, <void *>self)
+        err = sdb_start_thread(&self.loop_thread, realtime, _sampler_thread, <void *>self)
         if err != 0:
             Py_DECREF(self)
             raise OSError(err, f"cannot start the sampler's thread: {os.strerror(err)}")
@@ -576,7 +471,6 @@ cdef class Sampler(States):
 
 
 ctypedef void (*sdb_body_fn)(void *) noexcept nogil
-ctypedef void *(*sdb_thread_fn)(void *) noexcept nogil
 
 
 cdef void _sampler_thread_body(Sampler s) noexcept nogil:
@@ -588,87 +482,6 @@ cdef void *_sampler_thread(void *arg) noexcept nogil:
     (wait gives it back), with no GIL at any point: the body takes it as a borrowed argument."""
     (<sdb_body_fn><void *>_sampler_thread_body)(arg)
     return NULL
-
-
-cdef int _create_thread(pthread_t *thread, bint realtime, sdb_thread_fn fn, void *arg) noexcept nogil:
-    """pthread_create: SCHED_FIFO at the lowest real-time priority from its birth when realtime
-    and allowed, else under the normal scheduler. 0 or an errno."""
-    cdef pthread_attr_t attr
-    cdef sched_param param
-    cdef int err = -1
-    if realtime:
-        memset(&param, 0, sizeof(param))
-        param.sched_priority = 1
-        pthread_attr_init(&attr)
-        if (pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED) == 0
-                and pthread_attr_setschedpolicy(&attr, SCHED_FIFO) == 0
-                and pthread_attr_setschedparam(&attr, &param) == 0):
-            err = pthread_create(thread, &attr, fn, arg)
-        pthread_attr_destroy(&attr)
-    if err != 0:                        # not asked for, or not allowed (no CAP_SYS_NICE)
-        err = pthread_create(thread, NULL, fn, arg)
-    return err
-
-
-# The spare: one sampler thread created ahead (prepare_thread) and parked on a condition variable,
-# so that starting the sampler of a process found later creates no thread. pthread_create maps the
-# new thread's stack, which takes the process's mmap lock; beside a CPU hog that took 50-200 ms,
-# behind a thread of ours (bcc's compile, growing its malloc heap) that the scheduler had taken off
-# the CPU while it held the lock (benchmarks/child_first_sample.py). Waking a parked thread takes
-# no such lock. At most one spare waits at a time; all of it under _spare_mu.
-cdef pthread_mutex_t _spare_mu
-cdef pthread_cond_t _spare_cv
-pthread_mutex_init(&_spare_mu, NULL)
-pthread_cond_init(&_spare_cv, NULL)
-cdef pthread_t _spare_thread
-cdef bint _spare_parked = 0         # a spare waits for a sampler
-cdef bint _spare_realtime = 0       # it runs SCHED_FIFO
-cdef void *_spare_sampler = NULL    # the sampler handed to it, until it takes it
-
-
-cdef void *_spare_main(void *arg) noexcept nogil:
-    global _spare_sampler
-    cdef void *s
-    pthread_mutex_lock(&_spare_mu)
-    while _spare_sampler == NULL:
-        pthread_cond_wait(&_spare_cv, &_spare_mu)
-    s = _spare_sampler
-    _spare_sampler = NULL
-    pthread_mutex_unlock(&_spare_mu)
-    (<sdb_body_fn><void *>_sampler_thread_body)(s)
-    return NULL
-
-
-cdef bint _take_spare(void *sampler, bint realtime, pthread_t *thread) noexcept nogil:
-    """Hands `sampler` to the spare, if one of that scheduling waits; its thread then."""
-    global _spare_sampler, _spare_parked
-    cdef bint taken = 0
-    pthread_mutex_lock(&_spare_mu)
-    if _spare_parked and _spare_realtime == realtime:
-        _spare_sampler = sampler
-        thread[0] = _spare_thread
-        _spare_parked = 0
-        taken = 1
-        pthread_cond_signal(&_spare_cv)
-    pthread_mutex_unlock(&_spare_mu)
-    return taken
-
-
-def prepare_thread(bint realtime=False):
-    """Parks a sampler thread for the next Sampler.start, SCHED_FIFO at the lowest real-time
-    priority when realtime (and allowed); nothing if one waits already, or if the last one handed a
-    sampler has not taken it yet (this one could take it instead). Called where a wait costs
-    nothing: when a process tree's recording begins, and after each process's start."""
-    global _spare_thread, _spare_parked, _spare_realtime
-    cdef pthread_t t
-    with nogil:
-        pthread_mutex_lock(&_spare_mu)
-        if not _spare_parked and _spare_sampler == NULL:
-            if _create_thread(&t, realtime, _spare_main, NULL) == 0:
-                _spare_thread = t
-                _spare_parked = 1
-                _spare_realtime = realtime     # as asked: one not allowed is what start would make too
-        pthread_mutex_unlock(&_spare_mu)
 
 
 cdef object encode_samples_record(const SampleEnt *smp, uint64_t n):

@@ -5,11 +5,11 @@ from sdb_sidecar._util cimport *
 from sdb_sidecar._types cimport *
 from sdb_sidecar._registry cimport Registry, sdb_layout, sdb_slot, sdb_header
 from sdb_sidecar._intern cimport sdb_intern, sdb_intern_find_u64
-from sdb_sidecar._reads cimport Reads
+from sdb_sidecar._mes cimport MethodEntries
 
 
-cdef class Walk(Reads):
-    # tables (native/intern.c, one kind of table five times)
+cdef class Walk(MethodEntries):
+    # tables (native/intern.c, one kind of table five times: the fifth, types, is MethodEntries')
     cdef sdb_intern iseqs               # IseqEnt by address: ISeqs checked in the target
     cdef sdb_intern frames              # FrameEnt: a frame's id is its position
     cdef uint64_t frames_drained
@@ -18,7 +18,6 @@ cdef class Walk(Reads):
     cdef uint32_t *arena
     cdef uint64_t arena_cap, arena_len
     cdef sdb_intern mes                 # method entries seen (uint64_t addresses)
-    cdef sdb_intern types               # TypeEnt: method entries seen in frames (first sight: one read)
     cdef Gathered g                     # outputs since the last drain
     cdef uint32_t *ids                  # the sample being made: its frames' ids, leaf first
     cdef FrameEnt *cur                  #   and its frames
@@ -36,22 +35,7 @@ cdef class Walk(Reads):
     cdef void note_me(self, uint64_t me, uint64_t now) noexcept nogil
     cdef int64_t intern_frame(self, const FrameEnt *f) noexcept nogil
     cdef int64_t intern_stack(self, const uint32_t *ids, uint32_t n) noexcept nogil
-    cdef uint32_t value_type(self, uint64_t v, uint64_t *inner) noexcept nogil
-    cdef inline uint64_t check_me(self, uint64_t v, int can_be_svar) noexcept nogil:
-        """Ruby's check_method_entry: v if it is a method entry, the svar's one, else 0."""
-        cdef uint64_t inner, unused
-        cdef uint32_t t = self.value_type(v, &inner)
-        if t == self.L.imemo_ment:
-            return v
-        # (the inner value's own out-parameter is another variable: value_type zeroes it first)
-        if t == self.L.imemo_svar and can_be_svar and self.value_type(inner, &unused) == self.L.imemo_ment:
-            return inner
-        return 0
-
     cdef int me_disagrees(self, uint64_t iseq, uint64_t me) noexcept nogil
-    cdef uint64_t me_def_iseq(self, uint64_t me) noexcept nogil
-    cdef uint64_t env_me(self, const Job *job, const uint64_t *epd) noexcept nogil
-    cdef void find_mes(self, Job *job) noexcept nogil
     cdef int read_and_walk(self, uint32_t first, uint32_t n) noexcept nogil
     cdef inline int frame_jit(self, const Job *job, uint32_t j) noexcept nogil:
         """1 if Ruby frame j was pushed by YJIT: its jit_return is set (the interpreter clears it).
