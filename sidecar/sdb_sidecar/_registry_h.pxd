@@ -187,7 +187,8 @@ cdef extern from "sdb_registry.h" nogil:
         uint32_t frame_magic_eval
         uint32_t frame_magic_dummy
         uint32_t reserved32
-        uint16_t reserved16[2]
+        uint16_t internal_path_c_trace
+        uint16_t reserved16
         uint64_t global_symbols_addr
         uint64_t id_classpath
         uint64_t id_tmp_classpath

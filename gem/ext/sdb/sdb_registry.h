@@ -71,6 +71,9 @@
  * rb_profile_frames. All offsets are in bytes. 0xffff = not available.
  */
 #define SDB_NA 0xffffu
+/* Ruby's prefix of the paths of its own internal .rb files (vm_backtrace.c is_internal_location; the
+ * generator checks every tree's against it): see the layout's internal_path_c_trace */
+#define SDB_INTERNAL_PATH_PREFIX "<internal:"
 struct sdb_layout {
     /* rb_thread_t */
     uint16_t thread_ec;          /* th->ec (pointer to the running fiber's ec) */
@@ -247,7 +250,11 @@ struct sdb_layout {
     uint32_t frame_magic_eval;
     uint32_t frame_magic_dummy;
     uint32_t reserved32;
-    uint16_t reserved16[2];
+    /* frames Ruby's backtraces show as a C method's (took reserved space: 0 in an older gem's file) */
+    uint16_t internal_path_c_trace; /* 1: every frame of an ISeq whose path begins with
+                                  * SDB_INTERNAL_PATH_PREFIX, at its caller (4.0+); 0: not (3.4:
+                                  * builtin_attr_c_trace only) */
+    uint16_t reserved16;
     uint64_t global_symbols_addr; /* &ruby_global_symbols when known, else 0 */
     /* IDs of the hidden ivars that hold a class path and a singleton's object where they are
      * ivars (3.1), found at require and checked there on a class of the gem's own; 0: none */
