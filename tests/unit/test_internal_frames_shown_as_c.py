@@ -3,19 +3,12 @@ layout rows in use say (symbols.shown_as_c_method, from each row's builtin_attr_
 internal_path_c_trace, generated from each Ruby's vm_backtrace.c: docs/ruby-internals.md)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
+from conftest import load_layoutgen
 from sdb_sidecar.symbols import shown_as_c_method
 
-GEN_PY = Path(__file__).resolve().parents[2] / "scripts" / "layoutgen" / "gen.py"
-_spec = importlib.util.spec_from_file_location("sdb_layoutgen", GEN_PY)
-gen = importlib.util.module_from_spec(_spec)
-sys.modules["sdb_layoutgen"] = gen   # dataclasses look their module up by name
-_spec.loader.exec_module(gen)
+gen = load_layoutgen()
 
 pytestmark = pytest.mark.once
 
