@@ -363,11 +363,13 @@ class RemoteRuby:
             return self.string(path, "class path")
         flags, meta = self._class_head(klass)
         if self.type_of(flags) == L["t_module"] and depth < 4:
-            # rb_tmp_class_path: a module whose class is not Module (a Refinement) names that class
-            mclass = self.real_class(klass)
-            mname = self.class_path(mclass, depth + 1)
-            if mname and mname != "Module":
-                return f"#<{mname}:0x{klass:016x}>"
+            # rb_tmp_class_path: a module whose class (rb_obj_class) is not Module, a Refinement,
+            # is named after the path of its raw klass (RBASIC(klass)->klass), which is its
+            # singleton class where it has one (`#<#<Class:0x...>:0x...>`), else that class
+            if self.class_path(self.real_class(klass), depth + 1) != "Module":
+                mname = self.class_path(meta, depth + 1)
+                if mname:
+                    return f"#<{mname}:0x{klass:016x}>"
             return f"#<Module:0x{klass:016x}>"
         return f"#<Class:0x{klass:016x}>"
 
