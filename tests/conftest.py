@@ -31,6 +31,17 @@ from ebpf_wait import SidecarProcess
 from sdb_trace import KIND_RUBY, TraceReader, iter_samples, load_tables
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def load_layoutgen():
+    """scripts/layoutgen/gen.py, the layout rows' generator, as a module (it is a script's, not a package's)."""
+    if "sdb_layoutgen" not in sys.modules:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("sdb_layoutgen", REPO / "scripts" / "layoutgen" / "gen.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["sdb_layoutgen"] = module   # dataclasses look their module up by name
+        spec.loader.exec_module(module)
+    return sys.modules["sdb_layoutgen"]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 SDB_RUBY = os.environ.get("SDB_RUBY") or "/usr/bin/ruby"
 

@@ -186,9 +186,10 @@ cdef extern from "sdb_registry.h" nogil:
         uint32_t frame_magic_ifunc
         uint32_t frame_magic_eval
         uint32_t frame_magic_dummy
-        uint32_t gc_mode_mask
+        uint16_t gc_mode_mask
         uint16_t gc_mode_sweeping
         uint16_t objspace_count
+        uint16_t internal_path_c_trace
         uint64_t global_symbols_addr
         uint64_t id_classpath
         uint64_t id_tmp_classpath

@@ -9,7 +9,7 @@ from sdb_trace import TraceWriter
 
 from . import _sampler
 from .ebpf import EbpfView
-from .symbols import RemoteReadError, RemoteRuby
+from .symbols import RemoteReadError, RemoteRuby, shown_as_c_method
 from .target import Target
 
 # A name a read could not give (an ISeq or method entry moved, replaced or half written as it was read)
@@ -260,6 +260,8 @@ class Drainer:
             kind, addr = ev["kind"], ev.get("addr")
             if kind == "new":
                 info = {k: ev[k] for k in ("label", "base_label", "path", "realpath", "first_line", "type")}
+                if shown_as_c_method(self.remote.L, info["path"]):
+                    info["c_trace"] = True
                 self._born(addr, ev["at_ns"], info, ev["encoded"])
                 self.write_iseq(addr, ev["at_ns"], "ebpf", info)
             elif kind == "remote":      # a string longer than the probe copies: read it here

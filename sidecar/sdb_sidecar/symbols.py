@@ -15,6 +15,7 @@ from typing import Dict, Optional, Tuple
 
 from sdb_trace import ISEQ_TYPES, METHOD_TYPES
 from sdb_trace.registry_h import SDB_NA as NA   # a layout field the row does not have
+from sdb_trace.registry_h import SDB_INTERNAL_PATH_PREFIX
 MAX_STRING = 64 * 1024
 MAX_ISEQ_SIZE = 1 << 22  # instruction words; larger means the ISeq was freed and its memory reused
 
@@ -39,6 +40,15 @@ def trace_iseq_type(L: dict, ruby_type: int) -> int:
 def trace_method_type(L: dict, ruby_type: int) -> int:
     """The trace's method type (sdb_trace.METHOD_TYPES) of the running Ruby's rb_method_type_t; -1: none."""
     return _trace_types(L)[1].get(ruby_type, -1)
+
+
+def shown_as_c_method(L: dict, path: str, builtin_attrs: Optional[int] = None) -> bool:
+    """Ruby's backtraces show the frames of this ISeq as a C method's, at their Ruby caller: on 4.0+
+    every ISeq of Ruby's internal .rb files (its path begins with `<internal:`), on 3.4 a built-in
+    method whose `builtin_attrs` (when read) has C_TRACE. The row says which (docs/ruby-internals.md)."""
+    if L["internal_path_c_trace"] == 1 and path.startswith(SDB_INTERNAL_PATH_PREFIX):
+        return True
+    return builtin_attrs is not None and L["builtin_attr_c_trace"] != NA and bool(builtin_attrs & L["builtin_attr_c_trace"])
 
 
 def _special_const(v: int, L: dict) -> bool:
@@ -241,10 +251,11 @@ class RemoteRuby:
         label, base_label, path, realpath = strings
         info = {"label": label, "base_label": base_label, "path": path, "realpath": realpath,
                 "first_line": first_line, "type": trace_iseq_type(L, itype)}
+        attrs = None
         if L["body_builtin_attrs"] != NA:
             attrs = struct.unpack("<I", self.read(body + L["body_builtin_attrs"], 4, "ISeq attributes"))[0]
-            if L["builtin_attr_c_trace"] != NA and attrs & L["builtin_attr_c_trace"]:
-                info["c_trace"] = True
+        if shown_as_c_method(L, path, attrs):
+            info["c_trace"] = True
         return info
 
     # ------------------------------------------------------------ C methods
@@ -400,11 +411,13 @@ class RemoteRuby:
             return self.string(path, "class path")
         flags, meta = self._class_head(klass)
         if self.type_of(flags) == L["t_module"] and depth < 4:
-            # rb_tmp_class_path: a module whose class is not Module (a Refinement) names that class
-            mclass = self.real_class(klass)
-            mname = self.class_path(mclass, depth + 1)
-            if mname and mname != "Module":
-                return f"#<{mname}:0x{klass:016x}>"
+            # rb_tmp_class_path: a module whose class (rb_obj_class) is not Module, a Refinement,
+            # is named after the path of its raw klass (RBASIC(klass)->klass), which is its
+            # singleton class where it has one (`#<#<Class:0x...>:0x...>`), else that class
+            if self.class_path(self.real_class(klass), depth + 1) != "Module":
+                mname = self.class_path(meta, depth + 1)
+                if mname:
+                    return f"#<{mname}:0x{klass:016x}>"
             return f"#<Module:0x{klass:016x}>"
         return f"#<Class:0x{klass:016x}>"
 

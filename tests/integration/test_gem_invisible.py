@@ -18,7 +18,10 @@ from conftest import PROGRAMS, SDB_RUBY, SDB_RUBY_ARGS, ruby_env
 
 pytestmark = pytest.mark.every_ruby
 
-MODES = {"without sdb": ([], {}), "-rsdb": (["-rsdb"], {}), "require mid-program": ([], {"INVISIBLE_LATE_REQUIRE": "1"})}
+MODES = {"without sdb": ([], {}), "-rsdb": (["-rsdb"], {}), "require mid-program": ([], {"INVISIBLE_LATE_REQUIRE": "1"}),
+         # the row of another patch release of this Ruby's minor, whose fields moved (the gem's
+         # SDB_TEST_CORRUPT_LAYOUT=drift: rb_iseq_constant_body's offsets from its location on, 8 further)
+         "-rsdb, a row with shifted fields": (["-rsdb"], {"SDB_TEST_CORRUPT_LAYOUT": "drift"})}
 
 
 
@@ -64,12 +67,29 @@ def test_stdout_and_stderr_are_identical_with_sdb(runs, mode):
     assert "sdb" not in r.stdout.replace("sdb_golden", "")
 
 
-def test_backtrace_labels_on_34_name_the_class(runs):
-    # Ruby 3.4's own Thread::Backtrace::Location#label says Kernel#sleep (not Kernel.sleep)
+def test_backtrace_labels_from_34_name_the_class(runs):
+    # Ruby's own Thread::Backtrace::Location#label says Kernel#sleep (not Kernel.sleep) from 3.4 on
     r, _ = runs["-rsdb"]
     version = subprocess.run([SDB_RUBY, "-e", "print RUBY_VERSION"], capture_output=True, text=True).stdout
-    if not version.startswith("3.4"):
+    if tuple(int(x) for x in version.split(".")[:2]) < (3, 4):
         pytest.skip(f"Ruby {version}: Location#label names no class before 3.4")
     line = next(l for l in r.stdout.splitlines() if l.startswith("parked backtrace_locations"))
     assert ":1:Kernel#sleep|sleep" in line, line
     assert ":Kernel#eval|eval" in line and ":Integer#times|times" in line and ":Kernel#loop|loop" in line, line
+
+
+def test_a_row_with_shifted_fields_is_refused_with_one_warning_and_the_app_unchanged(runs):
+    # GIVEN the gem loaded with a layout row whose offsets moved, as a row made from another patch
+    # release of the same minor would be (patch drift: docs/new-ruby-version.md)
+    plain, _ = runs["without sdb"]
+    r, state = runs["-rsdb, a row with shifted fields"]
+    # THEN the gem proves the row wrong at require and disables itself
+    assert state == "enabled=false", (state, r.stderr)
+    # AND says so in exactly one line of stderr, the program's own stderr otherwise unchanged
+    ours = [line for line in r.stderr.splitlines(keepends=True) if line.startswith("sdb:")]
+    assert len(ours) == 1, r.stderr
+    assert "does not match this Ruby" in ours[0] and "profiling disabled" in ours[0], ours[0]
+    assert r.stderr.replace(ours[0], "", 1) == plain.stderr, unified(plain.stderr, r.stderr, "shifted row")
+    # AND the program ran as it runs without sdb, byte for byte
+    assert r.returncode == plain.returncode
+    assert r.stdout == plain.stdout, unified(plain.stdout, r.stdout, "shifted row")

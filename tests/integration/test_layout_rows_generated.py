@@ -5,17 +5,11 @@ generator's output; the rows of Rubies not tested here (3.2, 4.0) come from the 
 say they are untested. A missing source tree fails, with the command that makes it."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-GEN_PY = Path(__file__).resolve().parents[2] / "scripts" / "layoutgen" / "gen.py"
-_spec = importlib.util.spec_from_file_location("sdb_layoutgen", GEN_PY)
-gen = importlib.util.module_from_spec(_spec)
-sys.modules["sdb_layoutgen"] = gen   # dataclasses look their module up by name
-_spec.loader.exec_module(gen)
+from conftest import load_layoutgen
+
+gen = load_layoutgen()
 
 pytestmark = pytest.mark.once
 

@@ -17,6 +17,7 @@ L = {"iseq_body": 16, "t_mask": 0x1f, "t_imemo": 0x1a, "t_string": 0x05, "t_arra
      "imemo_shift": 12, "imemo_mask": 0x0f, "imemo_iseq": 7,
      "body_type": 0, "body_pathobj": 8, "body_label": 16, "body_base_label": 24, "body_first_lineno": 40,
      "body_first_lineno_is_fixnum": 1, "fixnum_shift": 1, "body_builtin_attrs": NA, "builtin_attr_c_trace": NA,
+     "internal_path_c_trace": 0,
      "rstring_noembed_bit": 13, "rstring_heap_len": 16, "rstring_heap_ptr": 24, "rstring_embed_ary": 24,
      "rstring_embed_len": 16, "rstring_embed_len_shift": 0, "rstring_embed_len_mask": 0,
      "rarray_embed_bit": 13, "rarray_embed_len_shift": 15, "rarray_embed_len_mask": 3, "rarray_embed_ary": 16,

@@ -556,12 +556,24 @@ sdb_pick_row(const char *name)
 }
 
 /* SDB_TEST_CORRUPT_LAYOUT=<field> (tests only): shift one offset or number by 8; a flag bit moves
- * to the next bit. */
+ * to the next bit. =drift: the row of another patch release of the same minor, one that added a
+ * word to rb_iseq_constant_body before its location (as 4.0.6 added fields to the VM and ractor
+ * structs): every body offset from the location on is 8 further. */
 void
 sdb_corrupt_for_tests(struct sdb_layout *L)
 {
     const char *e = getenv("SDB_TEST_CORRUPT_LAYOUT");
     if (!e || !*e) return;
+    if (!strcmp(e, "drift")) {
+        uint16_t *moved[] = {&L->body_pathobj, &L->body_base_label, &L->body_label, &L->body_first_lineno,
+                             &L->body_insns_info_body, &L->body_insns_info_positions, &L->body_insns_info_size,
+                             &L->body_insns_info_succ_table, &L->body_parent_iseq, &L->body_local_iseq,
+                             &L->body_local_table_size, &L->body_builtin_attrs};
+        size_t i;
+        for (i = 0; i < sizeof(moved) / sizeof(moved[0]); i++)
+            if (*moved[i] != SDB_NA) *moved[i] += 8;
+        return;
+    }
     if (!strcmp(e, "t_string")) L->t_string += 8;
     else if (!strcmp(e, "imemo_iseq")) L->imemo_iseq += 8;
     else if (!strcmp(e, "st_entries")) L->st_entries += 8;

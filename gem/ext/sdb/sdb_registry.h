@@ -71,6 +71,9 @@
  * rb_profile_frames. All offsets are in bytes. 0xffff = not available.
  */
 #define SDB_NA 0xffffu
+/* Ruby's prefix of the paths of its own internal .rb files (vm_backtrace.c is_internal_location; the
+ * generator checks every tree's against it): see the layout's internal_path_c_trace */
+#define SDB_INTERNAL_PATH_PREFIX "<internal:"
 struct sdb_layout {
     /* rb_thread_t */
     uint16_t thread_ec;          /* th->ec (pointer to the running fiber's ec) */
@@ -248,9 +251,13 @@ struct sdb_layout {
     uint32_t frame_magic_dummy;
     /* rb_objspace, before 3.2 (where the gem hooks no GC): the mode bits of its flags word, their
      * value while a sweep is in progress, and the offset of profile.count (GCs started) */
-    uint32_t gc_mode_mask;
+    uint16_t gc_mode_mask;
     uint16_t gc_mode_sweeping;
     uint16_t objspace_count;
+    /* frames Ruby's backtraces show as a C method's (took reserved space: 0 in an older gem's file) */
+    uint16_t internal_path_c_trace; /* 1: every frame of an ISeq whose path begins with
+                                  * SDB_INTERNAL_PATH_PREFIX, at its caller (4.0+); 0: not (3.4:
+                                  * builtin_attr_c_trace only) */
     uint64_t global_symbols_addr; /* &ruby_global_symbols when known, else 0 */
     /* IDs of the hidden ivars that hold a class path and a singleton's object where they are
      * ivars (3.1), found at require and checked there on a class of the gem's own; 0: none */
