@@ -173,7 +173,6 @@ class EbpfSymbolizer(ProbeAttachment):
         if target is not None and self._bpf is not None:
             self._detach_target(target)
 
-
     # ------------------------------------------------------------ the governor
     def _pause(self, start_ns: int = 0) -> None:
         """Detach the creation probes (gc_move stays: it costs nothing without compaction). ISeqs
@@ -243,7 +242,6 @@ class EbpfSymbolizer(ProbeAttachment):
                     t.on_pause()
                 except Exception:
                     pass
-
 
     @property
     def paused(self) -> bool:

@@ -17,7 +17,6 @@ from . import uprobe_link
 _KEPT_MAPPED: List[mmap.mmap] = []     # the pause flags mapped (ProbeAttachment._map_pause_flag)
 
 
-
 class ProbedProcess:
     """One process the probes are attached for, and what is kept for it."""
 
@@ -39,6 +38,7 @@ class ProbeAttachment:
     """EbpfSymbolizer's attaching and detaching (it holds the state: the compiled program `_bpf`, the
     probed object `obj`, the link programs `_link_progs`, the warm-up probe's `_warm_target`, and
     `targets`, pid -> ProbedProcess)."""
+
     def _add_tgid(self, pid: int) -> None:
         t = self._bpf["targets"]
         t[t.Key(pid)] = t.Leaf(1)

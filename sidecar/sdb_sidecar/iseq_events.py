@@ -7,7 +7,6 @@ from typing import List
 
 from sdb_trace.registry_h import SDB_NA
 
-
 EV_NEW, EV_MOVE = 1, 2
 F_TRUNCATED, F_UNREADABLE, F_NO_REALPATH, F_BASE_IS_LABEL, F_REALPATH_IS_PATH = 1, 2, 4, 8, 16
 NSTR = 4
