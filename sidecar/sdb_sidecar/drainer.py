@@ -8,7 +8,7 @@ from typing import Optional
 from sdb_trace import TraceWriter
 
 from . import _sampler
-from .ebpf import EbpfView
+from .ebpf_view import EbpfView
 from .symbols import RemoteReadError, RemoteRuby, shown_as_c_method
 from .target import Target
 

@@ -28,88 +28,27 @@ Drainer names anything, even when the reader thread has not paused yet.
 from __future__ import annotations
 
 import ctypes
-import mmap
 import os
 import threading
 import time
-from collections import deque
-from typing import Callable, Deque, Dict, List, Optional, Tuple
-
-from sdb_trace.registry_h import SDB_NA
+from typing import Callable, Dict, List, Optional, Tuple
 
 from . import _sampler, probes, process, uprobe_link
 from .bpfload import EbpfUnavailable, _import_bcc, bpf_source, check_available, compile_bpf
-from .symbols import trace_iseq_type
+from .ebpf_attach import ProbeAttachment, ProbedProcess
 from .governor import BACKOFF_MAX_S, DEFAULT_MAX_RATE, Governor
-from .ebpf_view import EbpfView
+from .iseq_events import (EV_MOVE, EV_NEW, F_BASE_IS_LABEL, F_NO_REALPATH, F_REALPATH_IS_PATH, F_TRUNCATED,
+                          F_UNREADABLE, HDR_SIZE, EventHdr, bpf_cflags)
+from .symbols import trace_iseq_type
 from .wakeup import Wakeup
 
-_KEPT_MAPPED: List[mmap.mmap] = []     # the pause flags mapped (EbpfSymbolizer._map_pause_flag)
+__all__ = ["DEFAULT_MAX_RATE", "EbpfSymbolizer", "EbpfUnavailable", "Governor", "bpf_source", "check_available"]
 
-__all__ = ["DEFAULT_MAX_RATE", "EbpfSymbolizer", "EbpfUnavailable", "EbpfView", "Governor", "bpf_source",
-           "check_available"]
-
-EV_NEW, EV_MOVE = 1, 2
-F_TRUNCATED, F_UNREADABLE, F_NO_REALPATH, F_BASE_IS_LABEL, F_REALPATH_IS_PATH = 1, 2, 4, 8, 16
-NSTR = 4
 POLL_S = 0.02              # the ring buffer is drained this often while ISeqs come (records wake the reader only when over budget) ...
 IDLE_POLL_S = 1.0          # ... and after a poll that found none, when the next record comes (it wakes the reader), or this often
-RINGBUF_PAGES = 2048        # 8 MiB: ~25,000 records, a second of the busiest boot measured
-class EventHdr(ctypes.Structure):
-    _fields_ = [("kind", ctypes.c_uint32), ("flags", ctypes.c_uint32), ("time_ns", ctypes.c_uint64),
-                ("addr", ctypes.c_uint64), ("addr2", ctypes.c_uint64), ("type", ctypes.c_uint32),
-                ("first_line", ctypes.c_int32), ("len", ctypes.c_uint16 * NSTR), ("probe", ctypes.c_uint32),
-                ("tgid", ctypes.c_uint32)]
 
 
-HDR_SIZE = ctypes.sizeof(EventHdr)
-
-
-def bpf_cflags(layout: dict) -> List[str]:
-    """The layout row as -D constants of the BPF program."""
-    L = layout
-    consts = {
-        "ISEQ_BODY": L["iseq_body"],
-        "BODY_TYPE": L["body_type"], "BODY_PATHOBJ": L["body_pathobj"], "BODY_BASE_LABEL": L["body_base_label"],
-        "BODY_LABEL": L["body_label"], "BODY_FIRST_LINENO": L["body_first_lineno"],
-        "BODY_ISEQ_ENCODED": L["body_iseq_encoded"],
-        "FIRST_LINENO_FIXNUM": 1 if L["body_first_lineno_is_fixnum"] else 0,
-        "RSTR_NOEMBED_BIT": L["rstring_noembed_bit"], "RSTR_HEAP_LEN": L["rstring_heap_len"],
-        "RSTR_HEAP_PTR": L["rstring_heap_ptr"], "RSTR_EMBED_LEN": L["rstring_embed_len"],
-        "RSTR_EMBED_ARY": L["rstring_embed_ary"], "RSTR_EMBED_LEN_SHIFT": L["rstring_embed_len_shift"],
-        "RSTR_EMBED_LEN_MASK": L["rstring_embed_len_mask"],
-        "RARY_EMBED_BIT": L["rarray_embed_bit"], "RARY_EMBED_LEN_SHIFT": L["rarray_embed_len_shift"],
-        "RARY_EMBED_LEN_MASK": L["rarray_embed_len_mask"], "RARY_EMBED_ARY": L["rarray_embed_ary"],
-        "RARY_HEAP_LEN": L["rarray_heap_len"], "RARY_HEAP_PTR": L["rarray_heap_ptr"],
-        # Ruby's numbers: type tags and where an imemo keeps its type
-        "RB_T_MASK": L["t_mask"], "RB_T_STRING": L["t_string"], "RB_T_ARRAY": L["t_array"],
-        "RB_T_IMEMO": L["t_imemo"], "RB_IMEMO_SHIFT": L["imemo_shift"], "RB_IMEMO_MASK": L["imemo_mask"],
-        "RB_IMEMO_ISEQ": L["imemo_iseq"], "RB_IMMEDIATE_MASK": L["immediate_mask"],
-        "RB_FIXNUM_SHIFT": L["fixnum_shift"],
-    }
-    consts["RINGBUF_PAGES"] = RINGBUF_PAGES
-    consts["SDB_NA"] = SDB_NA                    # a layout field the row does not have
-    return [f"-D{k}={int(v)}" for k, v in consts.items()]
-
-
-class _Target:
-    """One process the probes are attached for, and what is kept for it."""
-
-    def __init__(self, pid: int, on_pause: Optional[Callable[[], None]], open_path: str = ""):
-        self.pid = pid
-        self.open_path = open_path               # the probed file, through the process's own root
-        self.on_pause = on_pause                 # called when the probes stop or come back
-        self.records: Deque[dict] = deque()      # for its Drainer, in event order
-        self.attached_ns = 1 << 63               # when its creation probes were first in
-        self.counts: Dict[str, int] = {}         # events per probe symbol
-        # addr -> (the name eBPF gave it, its instruction buffer): what a GC move carries to its new address
-        self.known: Dict[int, Tuple[tuple, int]] = {}
-        self.links: List[uprobe_link.UprobeLink] = []
-        self.events: List[bytes] = []            # bcc's names of its creation probes' perf events
-        self.mover = False                       # the GC mover's probe is attached for it
-
-
-class EbpfSymbolizer:
+class EbpfSymbolizer(ProbeAttachment):
     """Compiles the program once, attaches it for each process added (`add`), and reads ISeq events
     until close(). `start(pid)` compiles and adds the first process; the Drainer of each process
     reads through an `EbpfView`. Pauses (the governor) are the program's: every process's probes go
@@ -120,7 +59,7 @@ class EbpfSymbolizer:
         self.pid = pid                           # the first process (start)
         self.layout = layout
         self.max_rate = max_rate                 # creation events per second before a pause (0: never)
-        self.targets: Dict[int, _Target] = {pid: _Target(pid, on_pause)}
+        self.targets: Dict[int, ProbedProcess] = {pid: ProbedProcess(pid, on_pause)}
         self.pauses: List[list] = []             # [start_ns, end_ns or None]: creation probes detached
         self._stop_recorded = False             # sync() recorded the start of a pause the probes began
         self._pause_lock = threading.Lock()
@@ -198,9 +137,10 @@ class EbpfSymbolizer:
         self._thread = threading.Thread(target=self._run, name="sdb-ebpf", daemon=True)
         self._thread.start()
 
-    def add(self, pid: int, on_pause: Optional[Callable[[], None]] = None) -> "EbpfView":
+    def add(self, pid: int, on_pause: Optional[Callable[[], None]] = None) -> None:
         """Attach the program for another process of the recording (it must run the same Ruby: the
-        same file, the same layout). EbpfUnavailable says why not."""
+        same file, the same layout; its Drainer reads through an `EbpfView`). EbpfUnavailable says
+        why not."""
         if self._bpf is None or self._thread is None:
             raise EbpfUnavailable("the eBPF symbolizer is closed")
         try:
@@ -212,7 +152,7 @@ class EbpfSymbolizer:
             raise EbpfUnavailable(f"cannot read the Ruby of process {pid}: {e.strerror}") from None
         if (st.st_dev, st.st_ino) != self._obj_id:
             raise EbpfUnavailable(f"process {pid} runs another Ruby than {self.obj.path}")
-        target = _Target(pid, on_pause, open_path)
+        target = ProbedProcess(pid, on_pause, open_path)
         with self._consume_lock:
             self.targets[pid] = target
             try:
@@ -225,7 +165,6 @@ class EbpfSymbolizer:
                 self._detach_target(target)
                 del self.targets[pid]
                 raise EbpfUnavailable(f"cannot attach uprobes to {self.obj.path} in process {pid}: {e}") from None
-        return EbpfView(self, pid)
 
     def remove(self, pid: int) -> None:
         """Detach the probes of one process (its recording is over); its records are dropped."""
@@ -233,120 +172,6 @@ class EbpfSymbolizer:
             target = self.targets.pop(pid, None)
         if target is not None and self._bpf is not None:
             self._detach_target(target)
-
-    def _add_tgid(self, pid: int) -> None:
-        t = self._bpf["targets"]
-        t[t.Key(pid)] = t.Leaf(1)
-
-    def _attach_target(self, target: _Target) -> None:
-        """The process's probes in: its creation probes (from now on every ISeq it makes has a
-        record) and the GC mover's."""
-        self._add_tgid(target.pid)
-        self._attach_creators(target)
-        self._attach_mover(target)
-        if target.attached_ns == 1 << 63:
-            target.attached_ns = time.monotonic_ns()
-
-    def _attach_mover(self, target: _Target) -> None:
-        if self.obj.mover is not None and not target.mover:
-            self._bpf.attach_uprobe(name=target.open_path, addr=self.obj.mover.vaddr, fn_name="iseq_moved",
-                                    pid=target.pid)
-            target.mover = True
-
-    def _detach_target(self, target: _Target) -> None:
-        try:
-            self._detach_creators([target])
-            if target.mover:
-                target.mover = False
-                self._bpf.detach_uprobe(name=target.open_path, addr=self.obj.mover.vaddr, pid=target.pid)
-        except Exception:
-            pass            # the process is gone: its probes went with it
-        try:
-            t = self._bpf["targets"]
-            del t[t.Key(target.pid)]
-        except Exception:
-            pass
-
-    def _attach_creators(self, target: _Target) -> None:
-        """One process's creation probes, as uprobe_multi links where the kernel has them (they come
-        out without stalling the app: see uprobe_link), else as bcc's perf events."""
-        target.links = []
-        target.events = []
-        if self._link_progs is not None:
-            try:
-                for p, prog in zip(self.obj.creators, self._link_progs):
-                    target.links.append(uprobe_link.UprobeLink(target.open_path, p.offset, target.pid, prog,
-                                                               retprobe=not p.entry))
-                return
-            except OSError:
-                for link in target.links:
-                    link.close()
-                target.links = []
-                if any(t.links for t in self.targets.values()):
-                    raise
-                self._link_progs = None         # links refused: perf events from now on
-        for i, p in enumerate(self.obj.creators):
-            attach = self._bpf.attach_uprobe if p.entry else self._bpf.attach_uretprobe
-            before = set(self._bpf.uprobe_fds)
-            attach(name=target.open_path, addr=p.vaddr, fn_name=f"iseq_created_{i}", pid=target.pid)
-            target.events += [ev for ev in self._bpf.uprobe_fds if ev not in before]
-
-    def _map_pause_flag(self) -> int:
-        """The address, in this process, of the program's pause flag (`budget[2]`, a mapped array):
-        what the samplers watch (Sampler.watch_ebpf_pause). The mapping is kept for the life of this
-        process (_KEPT_MAPPED: a page), since a stalled sampler thread may read it after close().
-        0 if the kernel does not let us map it: then the samplers hear of a pause from on_pause."""
-        try:
-            m = mmap.mmap(self._bpf["budget"].map_fd, 4 * 8, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except (OSError, ValueError):
-            return 0
-        _KEPT_MAPPED.append(m)
-        return ctypes.addressof(ctypes.c_char.from_buffer(m)) + 2 * 8
-
-    def _set_paused_flag(self, value: int) -> None:
-        """0: the probes send; otherwise (a pause's start time) they send nothing."""
-        budget = self._bpf["budget"]
-        budget[budget.Key(2)] = budget.Leaf(value)
-
-    def _detach_creators(self, targets: Optional[List[_Target]] = None, gone: bool = False) -> None:
-        """Take the creation probes out (of `targets`, else of every process) while the app may be
-        hitting them hard (a pause: it is over budget). First the program's pause flag (hits until
-        the breakpoint is gone cost only the trap; not for one process leaving), then a warm-up
-        probe (see uprobe_link.warm: the kernel's grace period is paid where nobody waits), then
-        every probe at once: the breakpoints come out within a millisecond, and each close then
-        waits ~0.1-0.2 s in the kernel, in a thread of its own, as does the warm-up probe's. bcc's
-        events are detached by name (by address, bcc would first resolve the ELF).
-        `gone`: every process of `targets` has exited (the end of `record`): no warm-up, and the
-        links' grace periods are left to another process (uprobe_link.close_elsewhere)."""
-        if targets is None:
-            targets = list(self.targets.values())
-            budget = self._bpf["budget"]
-            if budget[budget.Key(2)].value == 0:
-                self._set_paused_flag(time.monotonic_ns())
-        links, events = [], []
-        for t in targets:
-            links += t.links
-            events += t.events
-            t.links, t.events = [], []
-        if gone:
-            links = uprobe_link.close_elsewhere(links)
-        if not links and not events:
-            return
-        warm_fd = uprobe_link.warm(*self._warm_target) if self._warm_target and not gone else None
-
-        def detach(ev):
-            try:
-                self._bpf.detach_uprobe_event(ev)
-            except Exception:
-                pass        # not attached (a resume that failed half-way), or the target is gone
-        jobs = [(link.close, ()) for link in links] + [(detach, (ev,)) for ev in events]
-        if warm_fd is not None:
-            jobs.append((os.close, (warm_fd,)))
-        threads = [threading.Thread(target=f, args=a, name="sdb-ebpf-detach") for f, a in jobs]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
 
     # ------------------------------------------------------------ the governor
     def _pause(self, start_ns: int = 0) -> None:
@@ -417,11 +242,6 @@ class EbpfSymbolizer:
                     t.on_pause()
                 except Exception:
                     pass
-
-    @property
-    def attach_kind(self) -> str:
-        """How the creation probes are attached: `uprobe_multi` links, or bcc's `perf_event`s."""
-        return "uprobe_multi" if self._link_progs is not None else "perf_event"
 
     @property
     def paused(self) -> bool:
@@ -529,7 +349,7 @@ class EbpfSymbolizer:
                              "encoded": h.addr2})
 
     @staticmethod
-    def _moved(t: _Target, old: int, new: int, t_ns: int) -> None:
+    def _moved(t: ProbedProcess, old: int, new: int, t_ns: int) -> None:
         known = t.known.pop(old, None)
         if known is not None:
             t.known[new] = known            # a move keeps the body and its instructions

@@ -17,12 +17,14 @@ from sdb_trace import TraceWriteError, TraceWriter
 from sdb_trace.output import open_output as open_safely, printable
 
 from . import __version__, _sampler
+from .end_counts import file_counts, summed
 from .errors import Exit, SdbError
 from .options import Options
 from .push.pusher import Pusher
 from .process import forget
+from .process_recording import ProcessRecording
 from .rotation import Files
-from .session import STALL_GRACE_S, EbpfHub, Session, new_sampler, realtime_sampling
+from .session import STALL_GRACE_S, EbpfHub, new_sampler, realtime_sampling
 from .status_line import STATUS_INTERVAL_S, StatusLine
 from .target import Target, check_readable, command_line, open_target, permission_error, process_exists
 from .tree import DirectoryWatch, descendants, parent_of
@@ -32,10 +34,6 @@ PENDING_S = 0.02            # ... and this often while a new process's registry 
 PENDING_GIVE_UP_S = 5.0     # a process whose registry is not ready by then is left out (counted)
 TITLE_S = 1.0               # process titles (puma's `puma: cluster worker 0`) are read again this often
 MAX_PROCESSES = 256         # processes recorded at once; more are left out (counted)
-# the counts of the end record that add up over the processes (ticks, late, missed: process 0's sampler's)
-SUMMED = ("samples", "torn", "retried", "reused", "errors", "yjit_no_line", "span_unsure", "in_context",
-          "in_context_untimed", "spans_lost", "endpoints_refused", "threads", "symbol_errors", "names_superseded",
-          "names_unproven", "pauses_seen", "names_read_in_sweep")
 
 
 def open_output(path: str) -> IO[bytes]:
@@ -125,7 +123,7 @@ def record(target: Target, out_path: str, opts: Options, status_stream=None, on_
         counts["push"] = pusher.finish()
         tree.writer.tap = None
     try:
-        tree.writer.end(**tree.file_counts(counts))
+        tree.writer.end(**file_counts(tree.by_proc, counts))
     except TraceWriteError as e:
         raise write_failed(files.current, tree.writer, e) from None
     tree.out.close()
@@ -153,113 +151,6 @@ def crashed(crash, path: str) -> SdbError:
     return SdbError(f"internal error while recording process {pid}: {type(e).__name__}: {e}{where}; {path} "
                     f"holds what was recorded until then (its end record's reason: error). This is a bug "
                     f"in sdb: please report this line", Exit.FAILED)
-
-
-class ProcessRecording:
-    """One process of the trace: its Session, run in a thread of its own (start, drain until it
-    ends, the last drain, eBPF detached), its records written as process `proc`'s."""
-
-    def __init__(self, tree: "Tree", proc: int, target: Target, sampler, opts: Options):
-        self.tree = tree
-        self.proc = proc
-        self.target = target
-        self.session = Session(target, sampler, tree.writer.for_process(proc), opts, hub=tree.hub)
-        self.thread = threading.Thread(target=self._run, name=f"sdb-process-{target.pid}", daemon=True)
-        self.title = target.command
-        self.counts: Optional[dict] = None
-        self.final_stats: Optional[dict] = None     # the sampler's stats when the recording ended
-        self.stopped = False            # the tree's recording ended while this one ran
-        self.new_writer: Optional[TraceWriter] = None     # rotation: the next file's, until switched
-        self.switched = threading.Event()
-        self.cut_counts: Optional[dict] = None            # its counts at its last cut (rotation)
-        self.base: Optional[dict] = None                  # its counts when the file being written began
-        self.crash: Optional[BaseException] = None        # what ended its thread, if sdb failed
-
-    def _run(self) -> None:
-        s = self.session
-        try:
-            s.start()
-            if self.tree.opts.children:
-                _sampler.prepare_thread(realtime_sampling(self.tree.opts.rate_hz))   # for the next process
-            while s.running():
-                s.step()
-                if self.new_writer is not None:
-                    self._switch()
-            s.drain_last()
-        except TraceWriteError as e:
-            self.tree.failed(e)
-            s.abort()
-        except BaseException as e:
-            # a defect of sdb's (nothing the target can cause should get here): this process's
-            # recording ends, what it wrote stays, and `record` exits with Exit.FAILED at the end
-            s.abort()
-            self.crash = e
-        finally:
-            try:
-                s.close()
-            finally:
-                self.counts = s.counts()
-                self.final_stats = s.sampler.stats()
-                if self.stopped and self.counts["reason"] in ("stopped", "duration"):
-                    self.counts["reason"] = "stopped"
-                if self.crash is not None:
-                    self.counts["reason"] = "error"
-                try:
-                    with self.tree.writer.lock:
-                        self.tree.writer.process_end(self.proc, **self.counts)
-                except TraceWriteError as e:
-                    self.tree.failed(e)
-                self.tree.ended(self)
-
-    def stats(self) -> dict:
-        """The sampler's stats: now, or as the recording ended."""
-        return self.final_stats if self.final_stats is not None else self.session.sampler.stats()
-
-    def release(self) -> None:
-        """The recording is over and counted: let its sampler's tables and its registry mapping go
-        (a tree's recording that runs for days sees many processes come and go)."""
-        if self.proc == 0 or self.session.thread.is_alive():
-            return                      # the root's Session ends the recording; a stalled sampler still reads
-        self.session.drainer = None
-        self.session.sampler = None
-        self.target.registry = None
-
-    def stop(self) -> None:
-        """The recording of the tree is over: this process's ends too (its sampler stops; the thread
-        drains what is left)."""
-        self.stopped = True
-        if self.session.sampler is not None:
-            self.session.sampler.stop()
-
-    def rotate(self, writer: TraceWriter) -> None:
-        """Go on in the next file (rotation): the thread switches at once (its drain is woken)."""
-        self.switched.clear()
-        self.new_writer = writer
-        self.session.waiter.wakeup.signal()
-
-    def _switch(self) -> None:
-        """What the sampler gathered so far goes to the old file; the sampler starts over at the same
-        moment, and the records after it go to the new one, which first gets what it needs to stand
-        alone (the threads alive, eBPF's state, the open units of work; names as samples show them)."""
-        d = self.session.drainer
-        d.drain(reset=True)
-        d.spans.drain()
-        d.writer.flush()
-        self.cut_counts = self.session.counts(stats=d.cut)      # what the old file holds of this process
-        d.writer.writer = self.new_writer           # d.writer is this process's ProcessWriter
-        self.new_writer = None
-        d.restate()
-        self.switched.set()
-
-
-def summed(counts: dict, others: List[dict]) -> dict:
-    """counts with the SUMMED counts and the unnamed frames of others added (a new dict)."""
-    c = dict(counts)
-    for k in SUMMED:
-        c[k] = c.get(k, 0) + sum(o.get(k, 0) for o in others)
-    for name in ("unnamed", "renamed"):
-        c[name] = {k: c[name][k] + sum(o[name][k] for o in others) for k in ("iseqs", "methods")}
-    return c
 
 
 class Tree:
@@ -511,7 +402,7 @@ class Tree:
         for pr in self.by_proc:
             if pr.proc not in at_cut and pr.counts is not None and pr.base is not pr.counts:
                 at_cut[pr.proc] = pr.counts         # ended in this file, before the rotation
-        old.end(**self.file_counts(self.counts(final=False), at_ns, reason="rotated", at_cut=at_cut))
+        old.end(**file_counts(self.by_proc, self.counts(final=False), at_ns, reason="rotated", at_cut=at_cut))
         for pr in self.by_proc:
             if pr.proc in at_cut and at_cut[pr.proc] is not None:
                 pr.base = at_cut[pr.proc]
@@ -526,43 +417,12 @@ class Tree:
         self.file_start = time.monotonic()
         self.files.prune()
 
-    def _process_record(self, writer: TraceWriter, pr: "ProcessRecording", command: list) -> None:
+    def _process_record(self, writer: TraceWriter, pr: ProcessRecording, command: list) -> None:
         t = pr.target
         with writer.lock:
             writer.process(pr.proc, pid=t.pid, ppid=parent_of(t.pid) or 0, parent=self._recorded_parent(t.pid),
                            command=command, at_ns=_sampler.monotonic_ns(), ns_pid=t.ns_pid, ruby=t.info["ruby"],
                            ruby_description=t.info["ruby_description"], layout=t.info["layout"])
-
-    def file_counts(self, counts: dict, at_ns: Optional[int] = None, reason: Optional[str] = None,
-                    at_cut: Optional[dict] = None) -> dict:
-        """The end record of one file: the counts it holds. Without rotation, `counts` (the whole
-        recording's); with it, each process's counts at the file's end (`at_cut`: proc -> counts at
-        its cut; else its final ones) less those when the file began (its base)."""
-        c = dict(counts)
-        c.pop("files", None)
-        if at_ns is not None:
-            c["at_ns"] = at_ns
-        if reason is not None:
-            c["reason"] = reason
-        if at_cut is None and not any(pr.base is not None for pr in self.by_proc):
-            return c                            # one file: the whole recording is in it
-        ends = at_cut if at_cut is not None else {pr.proc: pr.counts for pr in self.by_proc}
-        zero: dict = {}
-        for k in SUMMED + ("ticks", "late", "missed"):
-            if k == "threads":
-                continue
-            total = 0
-            for pr in self.by_proc:
-                end = ends.get(pr.proc)
-                if end is None or (pr.proc != 0 and k in ("ticks", "late", "missed")):
-                    continue
-                total += end.get(k, 0) - (pr.base or zero).get(k, 0)
-            c[k] = total
-        for name in ("unnamed", "renamed"):
-            c[name] = {k: sum((ends[pr.proc] or {}).get(name, {}).get(k, 0)
-                              - ((pr.base or {}).get(name) or {}).get(k, 0)
-                              for pr in self.by_proc if ends.get(pr.proc) is not None) for k in ("iseqs", "methods")}
-        return c
 
     # ------------------------------------------------------------------ the end
     def finish(self) -> None:

@@ -15,7 +15,8 @@ from sdb_trace import TraceWriter
 from . import _registry, _sampler
 from .drainer import Drainer
 from .errors import Exit, SdbError
-from .ebpf import DEFAULT_MAX_RATE, EbpfSymbolizer, EbpfUnavailable, EbpfView
+from .ebpf import DEFAULT_MAX_RATE, EbpfSymbolizer, EbpfUnavailable
+from .ebpf_view import EbpfView
 from .kview import KernelView
 from . import bpfload, incontext
 from .incontext import InContext
@@ -197,12 +198,14 @@ class EbpfHub:
                 return
             sym = self.symbolizer
         try:
-            view = EbpfView(sym, target.pid) if first else sym.add(target.pid, session.sampler.forget_iseqs)
+            if not first:
+                sym.add(target.pid, session.sampler.forget_iseqs)
         except EbpfUnavailable as e:
             if not exiting(target.pid):
                 sys.stderr.write(f"sdb: notice: no eBPF symbolizer for process {target.pid} ({e}); its ISeqs "
                                  f"are named by remote reads\n")
             return
+        view = EbpfView(sym, target.pid)
         session.symbolizer = view
         session.drainer.ebpf = view
         session.sampler.watch_ebpf_pause(sym.pause_word)
