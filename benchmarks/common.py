@@ -214,15 +214,15 @@ def wait_ebpf_attached(p: subprocess.Popen, out: str, said, patience_s: float = 
 
 
 @contextmanager
-def sidecar(pid: int, rate: float, out: str, cpu: int = SAMPLER_CPU, timeout: float = 20.0):
+def sidecar(pid: int, rate: float, out: str, cpu: int = SAMPLER_CPU, timeout: float = 20.0, extra=()):
     """`sdb-sidecar attach` on pid at rate Hz, pinned to cpu, recording into out until the block
     ends (then SIGINT, as Ctrl-C). Yields the Popen once the recording has begun (trace file there)
     and its eBPF symbolizer is attached (sampling starts before it: what is measured is the steady
-    recording; where eBPF cannot be had, after `timeout`);
+    recording; where eBPF cannot be had, after `timeout`); `extra`: more arguments of attach;
     afterwards p.end holds the trace's end record, p.rate_hz the achieved tick rate and p.rusage_s the
     sidecar's user+sys CPU seconds."""
     cmd = taskset(cpu) + [os.path.join(BIN, "sdb-sidecar"), "attach", "--pid", str(pid), "--rate", str(rate),
-                          "-o", out, "--quiet"]
+                          "-o", out, "--quiet", *extra]
     p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
     try:
         # begun = the trace grew past its header (the first drain, 100 ms into sampling), or 1 s after
