@@ -285,18 +285,40 @@ send:
     return 0;
 }
 
-/* uprobe on the GC's object mover gc_move(objspace, src, dest, ...): reports ISeqs only. */
+/* Whether (src, dest) can be the mover's: src is an ISeq and dest is none (on entry to the mover,
+ * dest is a free slot, T_NONE, or the T_MOVED a move back returns to: never a live ISeq). */
+static __always_inline int is_move(u64 src, u64 dest)
+{
+    int ok = 1;
+    u64 fs = rd64(src, &ok), fd;
+    if (!ok || !IS_ISEQ(fs))
+        return 0;
+    fd = rd64(dest, &ok);
+    return ok && !IS_ISEQ(fd);
+}
+
+/* uprobe on the GC's object mover gc_move(objspace, src, dest, src_slot_size, slot_size): reports
+ * ISeqs only. Its specialised copy (gc_move.isra.0 and the like) may have dropped objspace: GCC
+ * drops a parameter the body does not use: 3.3's and 3.4's gc_move read objspace->obj_to_id_tbl,
+ * 4.0's reads objspace only in debug builds (gc/default/default.c), so 4.0.5's gc_move.constprop.0.isra.0
+ * takes (src, dest, ...). Which one a build did is a fact of its compiler (-O0 or another compiler
+ * keeps objspace), not of the Ruby version, so the probe tells them apart by what the registers
+ * hold: with objspace, the other pair (arg1, arg2) is (objspace, src), whose dest is an ISeq;
+ * without it, the other pair (arg2, arg3) is (dest, src_slot_size), whose src is no ISeq. At most
+ * one pair is a move; were both (no build does that) nothing is sent: a pair taken wrongly would
+ * carry a name to the wrong place. */
 int iseq_moved(struct pt_regs *ctx)
 {
     struct event_hdr h = {};
-    int ok = 1;
-    u64 src = PT_REGS_PARM2(ctx), dest = PT_REGS_PARM3(ctx), flags;
+    u64 a1 = PT_REGS_PARM1(ctx), a2 = PT_REGS_PARM2(ctx), a3 = PT_REGS_PARM3(ctx), src, dest;
     u32 tgid = target_tgid();
     if (tgid == 0)
         return 0;
-    flags = rd64(src, &ok);
-    if (!ok || !IS_ISEQ(flags))
+    int with_objspace = is_move(a2, a3), without = is_move(a1, a2);
+    if (with_objspace == without)
         return 0;
+    src = with_objspace ? a2 : a1;
+    dest = with_objspace ? a3 : a2;
     h.kind = EV_MOVE;
     h.time_ns = bpf_ktime_get_ns();
     h.addr = src;

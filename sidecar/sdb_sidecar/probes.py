@@ -26,9 +26,11 @@ CREATORS = (
 # loads still need ibf_load_iseq (the loader sets labels after this call).
 COMPLETION = "rb_iseq_translate_threaded_code"
 COVERED_BY_COMPLETION = ("rb_iseq_new_with_opt", "rb_iseq_new_with_callback", "pm_iseq_new_with_opt")
-# GC compaction's object mover: gc_move(objspace, src, dest, ...). Its specialised copies keep
-# src and dest as the second and third arguments (checked in the disassembly of 3.3.8 and 3.4.5,
-# and by tests/integration/test_iseq_reuse.py's GC.compact test on every Ruby under test).
+# GC compaction's object mover: gc_move(objspace, src, dest, ...). Its specialised copies keep src
+# and dest as the second and third arguments (3.3.8, 3.4.5) or drop the unused objspace and take
+# them first and second (4.0.5: gc_move.constprop.0.isra.0); the probe (bpf/iseq_events.c,
+# iseq_moved) tells the two apart by what the registers point to, so no Ruby version decides it
+# (checked by tests/integration/test_iseq_reuse.py's GC.compact test on every Ruby under test).
 MOVER = "gc_move"
 ANCHOR = "rb_iseq_new_with_opt"
 
