@@ -20,6 +20,8 @@ import uuid
 from typing import Dict, List, Tuple
 from urllib.parse import urlencode
 
+from sdb_symbolize.protowire import message, string
+
 from .cutter import Interval
 from .queue import Payload
 
@@ -31,43 +33,26 @@ DROPPED_LABELS = ("thread_id", "request_id")
 WALL, CPU = "wall", "process_cpu"
 
 
-# ------------------------------------------------------------------ protobuf wire format (the few messages)
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _field(number: int, data: bytes) -> bytes:
-    """A length-delimited field (wire type 2): strings, bytes, messages."""
-    return _varint(number << 3 | 2) + _varint(len(data)) + data
-
-
+# ------------------------------------------------------------------ the few push messages (protowire: the symbolizer's protobuf writer)
 def label_pair(name: str, value: str) -> bytes:
     """types.v1.LabelPair {string name = 1; string value = 2}"""
-    return _field(1, name.encode("utf-8")) + _field(2, value.encode("utf-8"))
+    return string(1, name, keep=True) + string(2, value, keep=True)
 
 
 def raw_sample(raw_profile: bytes, id_: str) -> bytes:
     """push.v1.RawSample {bytes raw_profile = 1; string ID = 2}"""
-    return _field(1, raw_profile) + _field(2, id_.encode("ascii"))
+    return message(1, raw_profile, keep=True) + string(2, id_, keep=True)
 
 
 def raw_profile_series(labels: List[Tuple[str, str]], samples: List[bytes]) -> bytes:
     """push.v1.RawProfileSeries {repeated LabelPair labels = 1; repeated RawSample samples = 2}"""
-    return (b"".join(_field(1, label_pair(k, v)) for k, v in labels)
-            + b"".join(_field(2, raw_sample(s, str(uuid.uuid4()))) for s in samples))
+    return (b"".join(message(1, label_pair(k, v), keep=True) for k, v in labels)
+            + b"".join(message(2, raw_sample(s, str(uuid.uuid4())), keep=True) for s in samples))
 
 
 def push_request(series: List[bytes]) -> bytes:
     """push.v1.PushRequest {repeated RawProfileSeries series = 1}"""
-    return b"".join(_field(1, s) for s in series)
+    return b"".join(message(1, s, keep=True) for s in series)
 
 
 # ------------------------------------------------------------------ the two profiles of an interval
