@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from app_servers import debian_gems_env, free_port, listening
 from conftest import SDB_RUBY, SDB_RUBY_ARGS, read_trace, ruby_env, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
@@ -58,12 +59,26 @@ class Apps:
         path.write_text(APP)
         return path
 
-    def start(self, argv) -> subprocess.Popen:
+    def start(self, argv, env=None, ready: bool = True) -> subprocess.Popen:
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                             text=True, cwd=str(self.tmp), env=ruby_env(), start_new_session=True)
+                             text=True, cwd=str(self.tmp), env=env or ruby_env(), start_new_session=True)
         self.procs.append(p)
-        assert p.stdout.readline().strip() == "ready"
+        if ready:
+            assert p.stdout.readline().strip() == "ready"
         return p
+
+    def cgroup(self, *parts: str) -> Path:
+        """A new pids cgroup PIDS_CGROUP/sdbagent-<what>-<random>/<parts...> (removed at teardown)."""
+        group = PIDS_CGROUP / f"sdbagent-{uuid.uuid4().hex[:8]}"
+        leaf = group.joinpath(*parts)
+        leaf.mkdir(parents=True)
+        self.cgroups += [leaf] + [q for q in leaf.parents if q == group or group in q.parents]
+        return leaf
+
+    @staticmethod
+    def joined(leaf: Path, argv) -> list:
+        """argv run in the cgroup from its start: the shell joins it, then becomes argv."""
+        return ["sh", "-c", f'echo $$ > {leaf}/cgroup.procs && exec "$@"', "sh", *argv]
 
     def plain(self, what: str) -> int:
         return self.start([SDB_RUBY, *SDB_RUBY_ARGS, str(self.script(what))]).pid
@@ -71,14 +86,9 @@ class Apps:
     def container(self, what: str, container_id: str, pod_uid: str) -> int:
         """The app as pid 1 of its own pid and mount namespaces with a private /dev/shm, in a cgroup
         laid out as the kubelet's cgroupfs driver lays out a pod's container; its host pid."""
-        group = PIDS_CGROUP / f"sdbagent-kubepods-{uuid.uuid4().hex[:8]}"
-        leaf = group / f"pod{pod_uid}" / container_id
-        leaf.mkdir(parents=True)
-        self.cgroups += [leaf, leaf.parent, group]
-        # the shell joins the cgroup before it becomes unshare, so the app is in it from its start
-        join = f'echo $$ > {leaf}/cgroup.procs && exec "$@"'
-        p = self.start(["sh", "-c", join, "sh", "unshare", "--pid", "--mount", "--fork", "--mount-proc",
-                        "sh", "-c", CONTAINER_INIT, "sh", SDB_RUBY, *SDB_RUBY_ARGS, str(self.script(what))])
+        leaf = self.cgroup("kubepods", "besteffort", f"pod{pod_uid}", container_id)
+        p = self.start(self.joined(leaf, ["unshare", "--pid", "--mount", "--fork", "--mount-proc", "sh", "-c",
+                                          CONTAINER_INIT, "sh", SDB_RUBY, *SDB_RUBY_ARGS, str(self.script(what))]))
         with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
             return int(f.read().split()[0])
 
@@ -90,7 +100,7 @@ class Apps:
                 pass
             p.wait(timeout=30)
             p.stdout.close()
-        for c in self.cgroups:
+        for c in sorted(self.cgroups, key=lambda q: len(q.parts), reverse=True):
             wait_for(lambda: not (c / "cgroup.procs").exists() or not (c / "cgroup.procs").read_text().strip(),
                      30, what=f"{c} emptied")
             c.rmdir()
@@ -144,7 +154,7 @@ def test_every_app_is_pushed_with_its_labels_until_it_exits_and_sigterm_flushes(
     plain = apps.plain("plain")
     boxed = apps.container("boxed", container_id, pod_uid)
     # WHEN the agent runs (the machine's other Ruby programs left out by --include)
-    agent = sidecar_process("agent", "--push", f"pyroscope={receiver.url}", "--push-interval", "2", "-o", str(out),
+    agent = sidecar_process("agent", "--push", f"pyroscope={receiver.url}", "--push-interval", "3", "-o", str(out),
                             "--include", "sdbagent_*")
     wait_for(lambda: "sdb: agent: started" in agent.stderr_so_far(), 60, what="the agent's start")
     # AND an app starts after it
@@ -190,4 +200,34 @@ def test_every_app_is_pushed_with_its_labels_until_it_exits_and_sigterm_flushes(
         assert t.end["reason"] == "interrupted", (service, t.end)
         assert pushed_samples(receiver, service) == len(t.samples) > 0, service
     assert read_trace(trace_of(out, "sdbagent_boxed")).header["container_id"] == container_id
+    assert receiver.errors == []
+
+
+def test_a_puma_cluster_is_one_tree_whose_workers_are_pushed_under_its_service(apps, receiver, sidecar_process,
+                                                                              tmp_path):
+    from sdb_sidecar.tree import children_of
+    # GIVEN puma in cluster mode, 2 workers forked from a master that loaded the gem, in a cgroup of its own
+    (tmp_path / "config.ru").write_text('require "sdb"\nrun ->(env) { [200, {}, ["ok"]] }\n')
+    port = free_port()
+    leaf = apps.cgroup("puma")
+    puma = apps.start(apps.joined(leaf, [SDB_RUBY, "-S", "puma", "-w", "2", "--preload", "-b",
+                                         f"tcp://127.0.0.1:{port}", str(tmp_path / "config.ru")]),
+                      env=debian_gems_env(), ready=False)
+    wait_for(lambda: listening(port) and len(children_of(puma.pid)) == 2, 90, what="puma's 2 workers")
+    workers = children_of(puma.pid)
+    # WHEN the agent starts, picking it by its cgroup path
+    agent = sidecar_process("agent", "--push", f"pyroscope={receiver.url}", "--push-interval", "2",
+                            "--include", f"/{leaf.parent.name}/*")
+    # THEN both workers' samples arrive under the master's service, puma
+    def pids_pushed():
+        return {s["labels"]["pid"] for _, raw in walls(receiver, "puma") for s in decoded(raw)["samples"]}
+    wait_for(lambda: {str(w) for w in workers} <= pids_pushed(), 90, interval=0.5, what="both workers' samples")
+    assert pids_pushed() <= {str(p) for p in (puma.pid, *workers)}
+    # AND the master's recording follows its workers: one recording, not three
+    agent.send_signal(signal.SIGTERM)
+    _, err = agent.communicate(timeout=120)
+    assert agent.returncode == 0, err
+    assert [line for line in err.splitlines() if "sdb: agent: recording process" in line] == \
+        [line for line in err.splitlines() if f"sdb: agent: recording process {puma.pid} " in line], err
+    assert f"process {puma.pid} (puma) done (interrupted)" in err and "in 3 processes" in err, err
     assert receiver.errors == []

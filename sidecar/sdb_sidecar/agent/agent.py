@@ -199,7 +199,7 @@ class Agent:
             return
         self.pending.pop(c.pid, None)
         service, cgroup = service_of(target), cgroup_of(c.pid)
-        if not self.selection.wants(service, cgroup.path):
+        if not self.selection.wants(service, cgroup.paths):
             self._refuse(c, key, None)
             return
         if len(self.runs) >= MAX_RECORDINGS:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
 _CONTAINER = re.compile(r"^(?:docker-|cri-containerd-|crio-|libpod-)?([0-9a-f]{64})(?:\.scope)?$")
 _POD = re.compile(r"(?:^|-)pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$")
@@ -19,7 +19,7 @@ _POD = re.compile(r"(?:^|-)pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9
 
 @dataclass(frozen=True)
 class Cgroup:
-    path: str                       # the cgroup v2 path (else the first controller's), "" if unknown
+    paths: Tuple[str, ...]          # the cgroup v2 path first, then each v1 hierarchy's ((): unknown)
     container_id: Optional[str]
     pod_uid: Optional[str]
 
@@ -38,7 +38,6 @@ def parse(text: str) -> Cgroup:
                 paths.insert(0, parts[2])
             else:
                 paths.append(parts[2])
-    path = paths[0] if paths else ""
     container = pod = None
     for p in paths:
         for part in p.split("/"):
@@ -50,7 +49,7 @@ def parse(text: str) -> Cgroup:
                 pod = m.group(1).replace("_", "-")
         if container is not None:
             break
-    return Cgroup(path, container, pod)
+    return Cgroup(tuple(dict.fromkeys(paths)), container, pod)
 
 
 def cgroup_of(pid: int) -> Cgroup:
@@ -58,4 +57,4 @@ def cgroup_of(pid: int) -> Cgroup:
         with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
             return parse(f.read())
     except OSError:
-        return Cgroup("", None, None)
+        return Cgroup((), None, None)
