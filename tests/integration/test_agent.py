@@ -231,3 +231,23 @@ def test_a_puma_cluster_is_one_tree_whose_workers_are_pushed_under_its_service(a
         [line for line in err.splitlines() if f"sdb: agent: recording process {puma.pid} " in line], err
     assert f"process {puma.pid} (puma) done (interrupted)" in err and "in 3 processes" in err, err
     assert receiver.errors == []
+
+
+def test_over_its_cpu_budget_the_agent_lowers_its_rate_and_says_so(apps, sidecar_process, tmp_path):
+    out = tmp_path / "traces"
+    out.mkdir()
+    # GIVEN an app with a busy thread, and an agent allowed far less CPU than recording it at 100 Hz takes
+    pid = apps.plain("budget")
+    agent = sidecar_process("agent", "-o", str(out), "--include", "sdbagent_budget", "--max-cpu", "0.01")
+    # THEN after its first window it says it lowers the rate (to its floor, 10 Hz) ...
+    wait_for(lambda: "rate lowered from 100 to 10 Hz" in agent.stderr_so_far(), 90, interval=0.2,
+             what="the agent's notice")
+    # ... and the app's recording restarts at it: a second trace, at 10 Hz, of the same process
+    wait_for(lambda: len(list(out.glob("sdbagent_budget.*.msgpack"))) == 2, 60, what="the second recording")
+    agent.send_signal(signal.SIGTERM)
+    _, err = agent.communicate(timeout=120)
+    assert agent.returncode == 0, err
+    traces = sorted((read_trace(p) for p in out.glob("sdbagent_budget.*.msgpack")),
+                    key=lambda t: t.header["start_mono_ns"])
+    assert [t.header["rate_hz"] for t in traces] == [100.0, 10.0], [t.header["rate_hz"] for t in traces]
+    assert all(t.header["pid"] == pid and t.samples for t in traces)

@@ -24,6 +24,7 @@ from ..push.pusher import Pusher
 from ..recorder import Recording, crashed, select_fds
 from ..target import open_target, place_of
 from ..tree import DirectoryWatch, parent_of
+from .budget import CpuBudget
 from .cgroup import Cgroup, cgroup_of
 from .discovery import REGISTRY_DIR, Candidate, Discovery
 from .selection import Selection
@@ -82,8 +83,11 @@ def file_name(service: str, pid: int) -> str:
 class Agent:
     """The agent of one host: `run()` until SIGTERM/SIGINT; returns the exit code."""
 
-    def __init__(self, opts: Options, out_dir: Optional[str], selection: Selection, stream=None):
+    def __init__(self, opts: Options, out_dir: Optional[str], selection: Selection, stream=None,
+                 max_cpu: float = 0.0):
         self.opts = opts
+        self.budget = CpuBudget(max_cpu) if max_cpu > 0 else None
+        self.seen_before: Dict[int, int] = {}              # pid -> start ticks of processes recorded once
         self.out_dir = out_dir
         self.selection = selection
         self.stream = stream or sys.stderr
@@ -110,10 +114,12 @@ class Agent:
         old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         watch = DirectoryWatch(REGISTRY_DIR)
         self.say(f"started: looking for processes that run the sdb gem every {SCAN_S:g} s, "
-                 f"{self.opts.rate_hz:g} Hz" + (f", traces in {self.out_dir}" if self.out_dir else ""))
+                 f"{self.opts.rate_hz:g} Hz" + (f", traces in {self.out_dir}" if self.out_dir else "")
+                 + (f", at most {self.budget.max_pct:g} % of a core" if self.budget is not None else ""))
         try:
             while not self._stop.is_set():
                 self.scan()
+                self.keep_budget()
                 ready = select_fds([watch.fd] if watch.fd >= 0 else [], 0.05 if self.pending else SCAN_S)
                 if ready:
                     watch.names()
@@ -125,6 +131,21 @@ class Agent:
         self.say(f"stopped: {self.recorded} process trees recorded, {self.left_out} left out, "
                  f"{self.failed} failed")
         return 0
+
+    def keep_budget(self) -> None:
+        """--max-cpu: over it, every recording restarts at a lower rate (budget.py says why)."""
+        lowered = self.budget.lower(self.opts.rate_hz) if self.budget is not None else None
+        if lowered is None:
+            return
+        pct, rate = lowered
+        self.say(f"CPU {pct:.1f} % of a core, over --max-cpu {self.budget.max_pct:g}: rate lowered from "
+                 f"{self.opts.rate_hz:g} to {rate:g} Hz; every recording restarts at it")
+        self.opts = replace(self.opts, rate_hz=rate)
+        with self._lock:
+            runs = list(self.runs.values())
+        for r in runs:
+            r.stop()
+        self.budget.settle()
 
     def stop_all(self) -> None:
         """Every recording ends as at its root's exit: its last interval pushed, its file closed."""
@@ -140,10 +161,10 @@ class Agent:
         for c in self.discovery.scan():
             if self._stop.is_set():
                 return
-            if c.pid in self.runs or self._owned(c.pid):
+            if c.pid in self.runs:
                 continue
             key = (c.start_ticks, self._registry_ino(c))
-            if self.refused.get(c.pid) == key:
+            if self.refused.get(c.pid) == key or self._owned(c.pid):
                 continue
             self.refused.pop(c.pid, None)
             self._try(c, key, now)
@@ -152,6 +173,8 @@ class Agent:
             del self.pending[pid]
         for pid in [p for p in self.refused if p not in live]:
             del self.refused[pid]
+        for pid in [p for p in self.seen_before if p not in live]:
+            del self.seen_before[pid]
 
     def _registry_ino(self, c: Candidate) -> int:
         try:
@@ -205,10 +228,18 @@ class Agent:
         if len(self.runs) >= MAX_RECORDINGS:
             self._refuse(c, key, f"{MAX_RECORDINGS} process trees are recorded already")
             return
-        from_start = target.info["created_mono_ns"] >= self.start_ns
+        # recorded again (a restart at a lower rate): its units of work before it are in the last trace
+        again = self.seen_before.get(c.pid) == c.start_ticks
+        self.seen_before[c.pid] = c.start_ticks
+        from_start = target.info["created_mono_ns"] >= self.start_ns and not again
         opts = replace(self.opts, from_start=from_start,
                        push=replace(self.opts.push, service=service) if self.opts.push is not None else None)
-        out = os.path.join(self.out_dir, file_name(service, c.pid)) if self.out_dir else None
+        out = None
+        if self.out_dir:
+            out = os.path.join(self.out_dir, file_name(service, c.pid))
+            n = 1
+            while os.path.exists(out):          # the same process recorded again within a second
+                out, n = os.path.join(self.out_dir, file_name(service, c.pid))[:-len(".msgpack")] + f"-{n}.msgpack", n + 1
         try:
             recording = Recording(target, out, opts, self.stream, labels=cgroup.labels())
         except SdbError as e:

@@ -8,7 +8,7 @@ from ..agent.selection import Selection
 from ..errors import Exit, SdbError
 from ..options import Options
 from ..push.config import add_push_arguments, push_config
-from .common import add_depth_argument, positive_float
+from .common import add_depth_argument, non_negative_float, positive_float
 
 AGENT_RATE_HZ = 100.0       # always on: a tenth of attach's default (docs/agent.md: what it costs)
 
@@ -30,6 +30,9 @@ class AgentCommand:
                        help="record only processes whose service name or cgroup path matches (repeatable)")
         p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
                        help="never record processes whose service name or cgroup path matches (repeatable)")
+        p.add_argument("--max-cpu", type=non_negative_float, default=0.0, metavar="PERCENT",
+                       help="the agent's CPU budget, in %% of one core (all its threads); over it, the rate is "
+                            "lowered and every recording restarts at it (default 0: no budget)")
         add_depth_argument(p)
         add_push_arguments(p, service=False)
 
@@ -46,4 +49,4 @@ class AgentCommand:
         # would compile once per process tree); every ISeq is named by a remote read at first sight
         opts = Options(rate_hz=args.rate, max_depth=args.max_depth, quiet=True, ebpf=False, in_context=False,
                        children=True, push=push)
-        return Agent(opts, args.output_dir, Selection(args.include, args.exclude)).run()
+        return Agent(opts, args.output_dir, Selection(args.include, args.exclude), max_cpu=args.max_cpu).run()
