@@ -54,3 +54,27 @@ def test_include_and_exclude_match_the_service_or_a_cgroup_path():
     assert not by_cgroup.wants("anything", (f"/kubepods/burstable/pod{UID}/{ID}",))
     assert not by_cgroup.wants("anything", ("/system.slice/x.scope",))
     assert not Selection(exclude=["sidekiq"]).wants("sidekiq", ())
+
+
+def test_a_trace_s_container_and_pod_become_otlp_resource_attributes(tmp_path):
+    from otlp_decode import decode, resource_attributes
+    from sdb_symbolize.options import ProfileOptions
+    from sdb_symbolize.profile import render_bytes
+    from sdb_trace import KIND_RUBY, STATE_RUNNING, TraceFile, TraceWriter
+    start = 7_000_000_000
+    header = {"pid": 500, "ruby": "3.4.5", "ruby_description": "ruby 3.4.5", "layout": "3.4", "rate_hz": 100,
+              "start_mono_ns": start, "start_wall_ns": 1_750_000_000_000_000_000, "hostname": "node-1",
+              "command": ["ruby", "app.rb"], "container_id": ID, "pod_uid": UID}
+    path = tmp_path / "trace.msgpack"
+    with open(path, "wb") as f:
+        w = TraceWriter(f, header)
+        w.thread(1, 500, "", start, 1, start)
+        w.iseq(0x1000, "<main>", "<main>", "/app/app.rb", None, 1, 0, start)
+        w.frames(0, [KIND_RUBY], [0x1000], [0x1010], [0], [2])
+        w.stacks(0, [[0]])
+        w.samples(start, [0, 10_000_000], [1, 1], [0, 0], [STATE_RUNNING] * 2)
+        w.end(at_ns=start + 20_000_000, reason="interrupted", samples=2)
+    req = decode(render_bytes(TraceFile(str(path)), ProfileOptions(format="otlp", service="app")))
+    (rp,) = req.resource_profiles
+    attrs = resource_attributes(rp)
+    assert (attrs["service.name"], attrs["container.id"], attrs["k8s.pod.uid"]) == ("app", ID, UID)
