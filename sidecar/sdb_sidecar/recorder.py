@@ -66,7 +66,7 @@ class NullOutput:
         pass
 
 
-class Recording:
+class TreeRecording:
     """One recording into a trace (attach, record; each process tree of the agent): its files, its
     pusher and its Tree, opened at once (a target that cannot be read fails here, its file removed).
     `start`, then `step` while `running`, then `close` (every process's last drain, the last
@@ -170,7 +170,7 @@ def record(target: Target, out_path: str, opts: Options, status_stream=None, on_
     allows it, pausing its creation probes while they fire more than opts.ebpf_max_rate times a
     second (0: never pause). Returns the closing counts."""
     status_stream = status_stream or sys.stderr
-    rec = Recording(target, out_path, opts, status_stream)
+    rec = TreeRecording(target, out_path, opts, status_stream)
     tree = rec.tree
 
     def on_stop_signal(signum, frame):

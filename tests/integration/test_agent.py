@@ -154,7 +154,7 @@ def test_every_app_is_pushed_with_its_labels_until_it_exits_and_sigterm_flushes(
     plain = apps.plain("plain")
     boxed = apps.container("boxed", container_id, pod_uid)
     # WHEN the agent runs (the machine's other Ruby programs left out by --include)
-    agent = sidecar_process("agent", "--push", f"pyroscope={receiver.url}", "--push-interval", "3", "-o", str(out),
+    agent = sidecar_process("agent", "--push", f"pyroscope={receiver.url}", "--push-interval", "5", "-o", str(out),
                             "--include", "sdbagent_*")
     wait_for(lambda: "sdb: agent: started" in agent.stderr_so_far(), 60, what="the agent's start")
     # AND an app starts after it

@@ -1,7 +1,7 @@
 """The agent's loop: every SCAN_S (sooner when a registry appears in our /dev/shm) it looks for
 processes that run the gem (discovery) and starts a recording for each one that no recording of
 its own follows yet (a process tree's root: its descendants are its recording's, as `attach` follows
-them); each recording runs in a thread of its own (recorder.Recording: the one assembly `attach`
+them); each recording runs in a thread of its own (recorder.TreeRecording: the one assembly `attach`
 uses) until its root exits, then its last interval is pushed, its file closed, and it is let go.
 SIGTERM/SIGINT: every recording ends the same way, then the agent exits 0."""
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .. import _sampler
 from ..errors import Exit, SdbError
 from ..options import Options
 from ..push.pusher import Pusher
-from ..recorder import Recording, crashed, select_fds
+from ..recorder import TreeRecording, crashed, select_fds
 from ..target import open_target, place_of
 from ..tree import DirectoryWatch, parent_of
 from .budget import CpuBudget
@@ -31,14 +31,15 @@ from .selection import Selection
 from .service import service_of
 
 SCAN_S = 1.0                # /proc is scanned this often (discovery: what a scan costs)
-PENDING_GIVE_UP_S = 5.0     # a registry still starting (or disabled) by then is left alone
+PENDING_S = 0.2             # looked at again this often while a registry is still starting ...
+PENDING_GIVE_UP_S = 5.0     # ... and left alone if it is not ready (or disabled) by then
 MAX_RECORDINGS = 256        # process trees recorded at once; more are left out (counted)
 
 
 class TreeRun:
     """One process tree's recording, in a thread of its own, until its root exits or the agent stops."""
 
-    def __init__(self, agent: "Agent", recording: Recording, service: str, cgroup: Cgroup):
+    def __init__(self, agent: "Agent", recording: TreeRecording, service: str, cgroup: Cgroup):
         self.agent = agent
         self.recording = recording
         self.pid = recording.target.pid
@@ -120,7 +121,7 @@ class Agent:
             while not self._stop.is_set():
                 self.scan()
                 self.keep_budget()
-                ready = select_fds([watch.fd] if watch.fd >= 0 else [], 0.05 if self.pending else SCAN_S)
+                ready = select_fds([watch.fd] if watch.fd >= 0 else [], PENDING_S if self.pending else SCAN_S)
                 if ready:
                     watch.names()
         finally:
@@ -236,12 +237,12 @@ class Agent:
                        push=replace(self.opts.push, service=service) if self.opts.push is not None else None)
         out = None
         if self.out_dir:
-            out = os.path.join(self.out_dir, file_name(service, c.pid))
+            first = out = os.path.join(self.out_dir, file_name(service, c.pid))
             n = 1
             while os.path.exists(out):          # the same process recorded again within a second
-                out, n = os.path.join(self.out_dir, file_name(service, c.pid))[:-len(".msgpack")] + f"-{n}.msgpack", n + 1
+                out, n = f"{first[:-len('.msgpack')]}-{n}.msgpack", n + 1
         try:
-            recording = Recording(target, out, opts, self.stream, labels=cgroup.labels())
+            recording = TreeRecording(target, out, opts, self.stream, labels=cgroup.labels())
         except SdbError as e:
             self._refuse(c, key, str(e))
             return

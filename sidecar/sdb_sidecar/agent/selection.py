@@ -1,6 +1,6 @@
 """--include/--exclude: which processes the agent records, by shell-style patterns (fnmatch) on the
-service name or a cgroup path (the process's v2 path or any v1 hierarchy's). With an --include, only processes one of them matches; an --exclude
-that matches leaves a process out, whatever --include says."""
+service name or a cgroup path (the process's v2 path or any v1 hierarchy's). With an --include, only
+processes one of them matches; an --exclude that matches leaves a process out, whatever --include says."""
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
