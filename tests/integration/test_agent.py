@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import otlp_decode
 from app_servers import debian_gems_env, free_port, listening
 from conftest import SDB_RUBY, SDB_RUBY_ARGS, read_trace, ruby_env, wait_for
 
@@ -126,6 +127,12 @@ def walls(receiver, service):
             if labels.get("service_name") == service and labels.get("__name__") == "wall"]
 
 
+def resources(receiver):
+    """The resource attributes of every OTLP request's resources received so far."""
+    return [otlp_decode.resource_attributes(rp) for rec in list(receiver.received) if rec.endpoint == "otlp"
+            for rp in rec.otlp.resource_profiles]
+
+
 _decoded = {}
 
 
@@ -154,14 +161,16 @@ def test_every_app_is_pushed_with_its_labels_until_it_exits_and_sigterm_flushes(
     plain = apps.plain("plain")
     boxed = apps.container("boxed", container_id, pod_uid)
     # WHEN the agent runs (the machine's other Ruby programs left out by --include)
-    agent = sidecar_process("agent", "--push", f"pyroscope={receiver.url}", "--push-interval", "5", "-o", str(out),
-                            "--include", "sdbagent_*")
+    agent = sidecar_process("agent", "--push", f"pyroscope={receiver.url}", "--push", f"otlp={receiver.url}",
+                            "--push-interval", "5", "-o", str(out), "--include", "sdbagent_*")
     wait_for(lambda: "sdb: agent: started" in agent.stderr_so_far(), 60, what="the agent's start")
     # AND an app starts after it
     late = apps.plain("late")
-    # THEN each one's profiles arrive, under its service
+    # THEN each one's profiles arrive, under its service, to both backends
     for service in ("sdbagent_plain", "sdbagent_boxed", "sdbagent_late"):
         wait_for(lambda: walls(receiver, service), 60, what=f"a profile of {service}")
+        wait_for(lambda: [a for a in resources(receiver) if a["service.name"] == service], 60,
+                 what=f"an OTLP profile of {service}")
     assert receiver.errors == []
     # AND the container's carry its container id and pod uid as series labels, the others none
     for labels, _ in walls(receiver, "sdbagent_boxed"):
@@ -169,6 +178,12 @@ def test_every_app_is_pushed_with_its_labels_until_it_exits_and_sigterm_flushes(
                           "pod_uid": pod_uid}, labels
     for service in ("sdbagent_plain", "sdbagent_late"):
         assert all(set(labels) == {"service_name", "__name__"} for labels, _ in walls(receiver, service))
+    # AND OTLP's resources say the same: container.id and k8s.pod.uid for the container's process alone
+    for a in resources(receiver):
+        if a["service.name"] == "sdbagent_boxed":
+            assert (a["container.id"], a["k8s.pod.uid"], a["process.pid"]) == (container_id, pod_uid, boxed), a
+        else:
+            assert "container.id" not in a and "k8s.pod.uid" not in a, a
     # AND each sample's pid is its process's pid on the host (the container's is not its own pid 1)
     for service, pid in (("sdbagent_plain", plain), ("sdbagent_boxed", boxed), ("sdbagent_late", late)):
         pids = {s["labels"]["pid"] for _, raw in walls(receiver, service) for s in decoded(raw)["samples"]}
