@@ -35,7 +35,8 @@ def service_of(command, fallback: str = "ruby") -> str:
     words = [w for w in (command or []) if w]
     if not words:
         return fallback
-    first = os.path.basename(words[0]).split(":")[0].split()[0] if words[0].strip() else ""
+    # a title is one word with spaces (`puma 5.6.5 (tcp://0.0.0.0:3000) [app]`): its first word's
+    first = os.path.basename(words[0].split()[0]).split(":")[0] if words[0].strip() else ""
     if first.startswith("ruby") and len(words) > 1:
         script = next((w for w in words[1:] if not w.startswith("-")), "")
         first = os.path.splitext(os.path.basename(script))[0] or first

@@ -30,6 +30,8 @@ MAX_PROFILE_BYTES = 4 << 20
 MAX_LABEL_NAMES = 30
 PUSH_PATH = "/push.v1.PusherService/Push"
 DROPPED_LABELS = ("thread_id", "request_id")
+# where the process runs (the agent writes them in the trace header when its cgroup says): series labels
+PLACE_LABELS = ("container_id", "pod_uid")
 WALL, CPU = "wall", "process_cpu"
 
 
@@ -147,6 +149,7 @@ def split(p) -> list:
 def encode(interval: Interval, service: str, ingest: bool) -> List[Payload]:
     """The requests that send this interval's profiles."""
     chunks = profiles(interval)
+    place = place_labels(interval.header)
     if not ingest:
         series = []
         n = 0
@@ -154,7 +157,7 @@ def encode(interval: Interval, service: str, ingest: bool) -> List[Payload]:
             if not parts:
                 continue
             raws = [gzip.compress(c.SerializeToString(), compresslevel=6, mtime=0) for c in parts]
-            series.append(raw_profile_series([("service_name", service), ("__name__", name)], raws))
+            series.append(raw_profile_series([("service_name", service), ("__name__", name), *place], raws))
             n += len(parts)
         body = gzip.compress(push_request(series), compresslevel=6, mtime=0)
         return [Payload(PUSH_PATH, body, {"Content-Type": "application/proto", "Content-Encoding": "gzip",
@@ -164,12 +167,19 @@ def encode(interval: Interval, service: str, ingest: bool) -> List[Payload]:
     for name, parts in chunks.items():
         for c in parts:
             app = f"{ingest_name(service)}.{'cpu' if name == CPU else 'wall'}"
+            if place:
+                app += "{" + ",".join(f"{k}={ingest_name(v)}" for k, v in place) + "}"
             query = urlencode({"name": app, "from": interval.start_wall_ns // 10**9,
                                "until": -(-interval.end_wall_ns // 10**9), "format": "pprof",
                                "sampleRate": int(round(rate)), "spyName": "sdb"})
             out.append(Payload(f"/ingest?{query}", gzip.compress(c.SerializeToString(), compresslevel=6, mtime=0),
                                {"Content-Type": "application/octet-stream"}, samples=interval.samples))
     return out
+
+
+def place_labels(header: dict) -> List[Tuple[str, str]]:
+    """The trace header's container and pod labels, those it has."""
+    return [(k, header[k]) for k in PLACE_LABELS if isinstance(header.get(k), str) and header[k]]
 
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")

@@ -6,7 +6,8 @@ What a reader of it must know (docs/guide.md says it for users):
 - One ResourceProfiles per recorded process (a process tree gives several); resource attributes
   `service.name` (ProfileOptions.service, else the recording's first process's title),
   `host.name` (when the trace has it), `process.pid`, `process.parent_pid` (when known),
-  `process.runtime.name` = `ruby`, `process.runtime.version` and `process.runtime.description`.
+  `process.runtime.name` = `ruby`, `process.runtime.version` and `process.runtime.description`;
+  `container.id` and `k8s.pod.uid` when the trace header has them (the agent's, from the cgroup).
   One ScopeProfiles (scope `sdb`, its version) holding one Profile per sample type
   (profile_types): `wall`/nanoseconds (every sample the filters keep) and `cpu`/nanoseconds (those
   of running threads), each with period_type `wall`/nanoseconds and period the tick period.
@@ -271,7 +272,8 @@ class OtlpReporter(Reporter):
         description = rec.get("ruby_description") or h.get("ruby_description")
         attrs = [("service.name", service), ("host.name", h.get("hostname")), ("process.pid", pid),
                  ("process.parent_pid", ppid), ("process.runtime.name", RUNTIME_NAME),
-                 ("process.runtime.version", version), ("process.runtime.description", description)]
+                 ("process.runtime.version", version), ("process.runtime.description", description),
+                 ("container.id", h.get("container_id")), ("k8s.pod.uid", h.get("pod_uid"))]
         return b"".join(_resource_attribute(k, v) for k, v in attrs
                         if isinstance(v, str) and v or type(v) is int and v > 0)
 
