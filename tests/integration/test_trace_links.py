@@ -6,6 +6,7 @@ the trace, the pushes and -f otlp; without one, the process title does."""
 from __future__ import annotations
 
 import http.client
+import json
 import signal
 import subprocess
 import sys
@@ -16,8 +17,8 @@ import pytest
 
 import otlp_decode
 from app_servers import debian_gems_env, free_port, listening, stop
-from conftest import PROGRAMS, REPO, SDB_RUBY, SIDECAR, read_trace, ruby_cmd, ruby_env, samples_so_far, \
-    symbolized, wait_for
+from conftest import (PROGRAMS, REPO, SDB_RUBY, SIDECAR, read_trace, ruby_cmd, ruby_env, samples_so_far, symbolized,
+                      wait_for)
 from sdb_trace import TraceReader, load_tables
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
@@ -33,34 +34,32 @@ UNTRACED = {
     "zeroparent": "00-" + "ab" * 16 + "-" + "0" * 16 + "-01",
     "none": None,
 }
+REQUESTS = [(name, f"00-{t}-{sp}-01") for name, (t, sp) in TRACED.items()] + list(UNTRACED.items())
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """traced_rack_app.ru under puma with SDB_SERVICE_NAME (and an OTEL_SERVICE_NAME it must not
-    take), attached with -o and both pushes; each endpoint requested twice, in turn."""
-    tmp = tmp_path_factory.mktemp("trace-links")
+APP_ENV = {"SDB_SERVICE_NAME": "checkout-svc", "OTEL_SERVICE_NAME": "not-this-one"}
+PUSHES = ("--push-interval", "2")
+
+
+def run_under_puma(tmp: Path, receiver: PushReceiver) -> Path:
+    """traced_rack_app.ru under Debian's puma (Debian's Ruby only), attached with -o and both pushes;
+    each endpoint requested twice, in turn, over HTTP."""
     port, trace = free_port(), tmp / "t.msgpack"
-    env = debian_gems_env({"SDB_SERVICE_NAME": "checkout-svc", "OTEL_SERVICE_NAME": "not-this-one"})
-    receiver = PushReceiver()
     with open(tmp / "puma.err", "w") as err:
         puma = subprocess.Popen([SDB_RUBY, "-rsdb", "/usr/bin/puma", "-b", f"tcp://127.0.0.1:{port}", "-t", "2:2",
                                  str(PROGRAMS / "traced_rack_app.ru")], stdout=subprocess.DEVNULL, stderr=err,
-                                env=env, cwd=str(tmp))
+                                env=debian_gems_env(APP_ENV), cwd=str(tmp))
     sidecar = None
     try:
         wait_for(lambda: listening(port), 30, what="puma listening")
         sidecar = subprocess.Popen([*SIDECAR, "attach", "--pid", str(puma.pid), "-o", str(trace), "--quiet",
                                     "--no-ebpf", "--push", f"pyroscope={receiver.url}", "--push",
-                                    f"otlp={receiver.url}", "--push-interval", "2"],
+                                    f"otlp={receiver.url}", *PUSHES],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
         wait_for(lambda: trace.exists() and samples_so_far(trace) > 0, 60, what="first samples")
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         for _ in range(2):
-            for name, (trace_id, span_id) in TRACED.items():
-                conn.request("GET", f"/work/{name}", headers={"traceparent": f"00-{trace_id}-{span_id}-01"})
-                assert conn.getresponse().read() == b"ok\n"
-            for name, header in UNTRACED.items():
+            for name, header in REQUESTS:
                 conn.request("GET", f"/work/{name}", headers={"traceparent": header} if header else {})
                 assert conn.getresponse().read() == b"ok\n"
         sidecar.send_signal(signal.SIGINT)
@@ -72,6 +71,30 @@ def served(tmp_path_factory):
             sidecar.kill()
             sidecar.communicate(timeout=10)
         stop(puma)
+    return trace
+
+
+def run_program(tmp: Path, receiver: PushReceiver) -> Path:
+    """traced_requests.rb (the middleware called as a server would, on the Ruby under test),
+    recorded whole with -o and both pushes."""
+    trace = tmp / "t.msgpack"
+    r = subprocess.run([*SIDECAR, "record", "-q", "--no-ebpf", "-o", str(trace), "--push", f"pyroscope={receiver.url}",
+                        "--push", f"otlp={receiver.url}", *PUSHES, "--",
+                        *ruby_cmd(PROGRAMS / "traced_requests.rb", json.dumps(REQUESTS))],
+                       capture_output=True, text=True, timeout=180, cwd=str(REPO), env=ruby_env(extra=APP_ENV))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    return trace
+
+
+@pytest.fixture(scope="module", params=[pytest.param(run_under_puma, id="puma", marks=pytest.mark.once),
+                                        pytest.param(run_program, id="program", marks=pytest.mark.every_ruby)])
+def served(request, tmp_path_factory):
+    """(the trace, the receiver that got its pushes) of an app served the REQUESTS with
+    SDB_SERVICE_NAME set (and an OTEL_SERVICE_NAME it must not take)."""
+    receiver = PushReceiver()
+    try:
+        trace = request.param(tmp_path_factory.mktemp("trace-links"), receiver)
+    finally:
         receiver.close()
     return trace, receiver
 
@@ -161,6 +184,7 @@ def test_pushed_profiles_carry_the_links_and_the_service_name(served):
     assert set(TRACED) | set(UNTRACED) <= otlp_seen, otlp_seen
 
 
+@pytest.mark.every_ruby
 @pytest.mark.parametrize("env,header_service,pushed", [
     ({"OTEL_SERVICE_NAME": "otel-named"}, "otel-named", "otel-named"),
     ({}, None, "short_work"),
