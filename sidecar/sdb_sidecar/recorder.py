@@ -96,7 +96,11 @@ class TreeRecording:
             "layout": target.info["layout"], "rate_hz": opts.rate_hz, "hostname": socket.gethostname(),
             "sdb_version": __version__, "command": target.command, "max_depth": opts.max_depth, **(labels or {}),
         }
-        self.pusher = Pusher(opts.push, target.command, self.status_stream) if opts.push is not None else None
+        service = (opts.push.service if opts.push is not None else None) or target.service
+        if service:
+            header["service"] = service     # --service, else the app's own (docs/trace-format.md)
+        self.pusher = Pusher(opts.push, target.command, self.status_stream, target.service) \
+            if opts.push is not None else None
         tap = self.pusher.tap.for_writer() if self.pusher is not None else None
         writer = TraceWriter(out, {**header, "start_mono_ns": _sampler.monotonic_ns(),
                                    "start_wall_ns": _sampler.wall_ns()},
@@ -272,7 +276,7 @@ class Tree:
             self.writer.process(proc, pid=target.pid, ppid=parent_of(target.pid) or 0, parent=parent,
                                 command=target.command, at_ns=_sampler.monotonic_ns(), ns_pid=target.ns_pid,
                                 ruby=target.info["ruby"], ruby_description=target.info["ruby_description"],
-                                layout=target.info["layout"])
+                                layout=target.info["layout"], service=target.service)
         return pr
 
     def ended(self, pr: ProcessRecording) -> None:
@@ -433,7 +437,7 @@ class Tree:
                                         at_ns=_sampler.monotonic_ns(), ns_pid=pr.target.ns_pid,
                                         ruby=pr.target.info["ruby"],
                                         ruby_description=pr.target.info["ruby_description"],
-                                        layout=pr.target.info["layout"])
+                                        layout=pr.target.info["layout"], service=pr.target.service)
 
     # ------------------------------------------------------------------ rotation
     def rotation_due(self, now: float) -> bool:
@@ -490,7 +494,8 @@ class Tree:
         with writer.lock:
             writer.process(pr.proc, pid=t.pid, ppid=parent_of(t.pid) or 0, parent=self._recorded_parent(t.pid),
                            command=command, at_ns=_sampler.monotonic_ns(), ns_pid=t.ns_pid, ruby=t.info["ruby"],
-                           ruby_description=t.info["ruby_description"], layout=t.info["layout"])
+                           ruby_description=t.info["ruby_description"], layout=t.info["layout"],
+                           service=t.service)
 
     # ------------------------------------------------------------------ the end
     def finish(self) -> None:

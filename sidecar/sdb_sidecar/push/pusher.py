@@ -113,12 +113,13 @@ class Pusher:
     """Started with the recording (`tap` goes to each TraceWriter), finished after its last sample
     was written (`finish`: the last interval is cut and sent, within `finish_s`)."""
 
-    def __init__(self, config: PushConfig, command=None, stream=None):
+    def __init__(self, config: PushConfig, command=None, stream=None, app_service: Optional[str] = None):
         self.config = config
         self.stream = stream or sys.stderr
         self.tap = StreamTap()
         self.cutter = IntervalCutter(self.tap)
-        self.service = config.service or service_of(command)
+        # --service, else the app's (its gem's registry: Target.service), else from its process title
+        self.service = config.service or app_service or service_of(command)
         self.senders = [Sender(d.kind, d.url, config, self._notice) for d in config.destinations]
         self.profiles = 0               # intervals cut into profiles (each sent to every destination)
         self.samples = 0

@@ -8,8 +8,10 @@ Each interval makes two profiles from the profile library's one pprof (its names
 Labels: the series carries `service_name` and `__name__` (what a Pyroscope series is). Pyroscope
 turns a pprof sample's string labels into series labels too, so the samples keep only the labels
 whose values stay few: `thread_name`, `thread_state`, `pid` (as text), `process`, `endpoint`, `job`.
-`thread_id` (one series per OS thread, churning with thread pools) and `request_id` (one per request:
-unbounded) are left out for Pyroscope. That is 8 label names at most, under its limit of 30. Its
+`thread_id` (one series per OS thread, churning with thread pools), `request_id` and `trace_id` (one
+per request: unbounded) are left out for Pyroscope; `span_id` stays: Pyroscope keeps it per sample,
+not as a series label (its span profiles, Grafana's trace-to-profiles links). That is 9 label names
+at most, under its limit of 30. Its
 other limits (16,000 samples, 4 MiB a profile) are kept by splitting a larger profile into several
 RawSamples of the same series, which Pyroscope adds up."""
 from __future__ import annotations
@@ -29,7 +31,7 @@ MAX_SAMPLES = 16000
 MAX_PROFILE_BYTES = 4 << 20
 MAX_LABEL_NAMES = 30
 PUSH_PATH = "/push.v1.PusherService/Push"
-DROPPED_LABELS = ("thread_id", "request_id")
+DROPPED_LABELS = ("thread_id", "request_id", "trace_id")
 # where the process runs (the agent writes them in the trace header when its cgroup says): series labels
 PLACE_LABELS = ("container_id", "pod_uid")
 WALL, CPU = "wall", "process_cpu"

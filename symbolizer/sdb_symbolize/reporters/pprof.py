@@ -17,8 +17,9 @@ class PprofReporter(Reporter):
     values), the chosen type (--sample-type, else the first) its default_sample_type when it has
     several; labels "thread_id" (Linux tid), "thread_name",
     "thread_state" and "pid"; when the trace has requests or jobs, also a sample's unit of work:
-    "endpoint" (a request's or label's) or "job" (a job's class), and "request_id" (a request id or
-    jid, when it has one). One location per (function, line); functions by label and file."""
+    "endpoint" (a request's or label's) or "job" (a job's class), "request_id" (a request id or
+    jid, when it has one), and "span_id" and "trace_id" (its trace context, lowercase hex, when the
+    request had one). One location per (function, line); functions by label and file."""
 
     name = "pprof"
     extension = ".pb.gz"
@@ -117,7 +118,8 @@ class PprofReporter(Reporter):
             u = spans.get(unit) if unit else None
             if u is not None:
                 kind = "job" if SPAN_KINDS.get(u["kind"]) == "job" else "endpoint"
-                for key, text in ((kind, endpoint_name(u)), ("request_id", u["request_id"])):
+                for key, text in ((kind, endpoint_name(u)), ("request_id", u["request_id"]),
+                                  ("span_id", u.get("span_id")), ("trace_id", u.get("trace_id"))):
                     if text:
                         label = sample.label.add()
                         label.key, label.str = s(key), s(text)
