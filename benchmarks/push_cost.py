@@ -170,8 +170,8 @@ def one(cfg, kind: str, receiver: Receiver, tmp: str) -> dict:
     receiver.take()
     with common.ruby_target(cfg, "stacks.rb", THREADS, DEPTH, "mixed") as target:
         # without eBPF: begun once the first samples are written (common.sidecar waits out its timeout for
-        # an ebpf_attached record that never comes; 10 s: a loaded machine can take seconds to start it)
-        with common.sidecar(target.pid, RATE, out, extra=extra, timeout=10.0 if cfg.no_ebpf else 300.0) as sc:
+        # an ebpf_attached record that never comes; 20 s: at load 20 on 2 cores it took over 10 s to start)
+        with common.sidecar(target.pid, RATE, out, extra=extra, timeout=20.0 if cfg.no_ebpf else 300.0) as sc:
             time.sleep(1.0)
             a, ta, wa = common.proc_cpu_ns(sc.pid), time.monotonic(), time.time_ns()
             time.sleep(cfg.measure)
