@@ -56,6 +56,7 @@ class Interval:
     end_wall_ns: int                # the last sample's moment plus one tick period
     header: dict
     render: Callable[..., bytes]
+    collect: Callable[..., object]  # (fmt, **options) -> the format's reporter after the sample pass, unrendered
 
 
 class _File:
@@ -70,6 +71,7 @@ class _File:
         self.lo: Optional[int] = None
         self.hi: Optional[int] = None
         self.samples = 0
+        self.names = None                   # the stacks named so far (sdb_symbolize's KeptNames)
 
     def feed(self, data: bytes) -> None:
         self.unpacker.feed(data)
@@ -78,6 +80,7 @@ class _File:
             if t == "header":
                 self.header = {k: v for k, v in rec.items() if k not in ("t", "magic", "version")}
                 self.trace = MemoryTrace(self.header, keep_samples=True)
+                self.names = None
                 continue
             if self.trace is None:
                 continue                    # no header: nothing can be named (never happens)
@@ -94,6 +97,24 @@ class _File:
                 if t == "end":
                     self.ended = True
                 self.trace.tables.take(rec, "the sidecar's records")
+
+    def _profile(self, fmt: str, options: dict):
+        from sdb_symbolize.options import ProfileOptions
+        from sdb_symbolize.profile import KeptNames, Profile
+        if self.names is None:
+            self.names = KeptNames()
+        # the names of earlier intervals are kept (only new stacks are named): KeptNames drops
+        # whatever a new symbol or pause could change, so each name is the one path's for these tables
+        return Profile(self.trace, ProfileOptions(format=fmt, idle=True, **options), self.names)
+
+    def render(self, fmt: str, **options) -> bytes:
+        from io import BytesIO
+        out = BytesIO()
+        self._profile(fmt, options).render(out)
+        return out.getvalue()
+
+    def collect(self, fmt: str, **options):
+        return self._profile(fmt, options).collect()
 
     def wall_ns(self, mono_ns: int) -> int:
         h = self.header
@@ -125,15 +146,10 @@ class IntervalCutter:
         handed = 0
         for writer, f in list(self.files.items()):
             if f.trace is not None and f.samples:
-                trace = f.trace
                 period = int(1e9 / f.header["rate_hz"]) if f.header.get("rate_hz") else 0
-
-                def render(fmt: str, trace=trace, **options) -> bytes:
-                    from sdb_symbolize.options import ProfileOptions
-                    from sdb_symbolize.profile import render_bytes
-                    return render_bytes(trace, ProfileOptions(format=fmt, idle=True, **options))
                 try:
-                    on_interval(Interval(f.samples, f.wall_ns(f.lo), f.wall_ns(f.hi) + period, f.header, render))
+                    on_interval(Interval(f.samples, f.wall_ns(f.lo), f.wall_ns(f.hi) + period, f.header,
+                                         f.render, f.collect))
                 finally:
                     handed += f.samples
                     f.next_interval()

@@ -214,6 +214,20 @@ class OtlpReporter(Reporter):
                 pass
         self._add_slow(ts, t_ns, count)
 
+    def add_times(self, thread, stack, state, base_ns: int, dts: list) -> None:
+        """One sample at each base_ns + dt (the sample pass's grouped timeline: the times of a
+        (thread, stack, state) in one call; the order of samples across keys is not kept, nor needed:
+        each Sample's timestamps are sorted when written)."""
+        key = (thread, stack, state, None)
+        ts = self.times.get(key)
+        if ts is None:
+            ts = self.times[key] = array("q")
+        try:
+            ts.extend(array("q", map(base_ns.__add__, dts)))    # whole or nothing: a C loop
+        except OverflowError:
+            for dt in dts:
+                self._add_slow(ts, base_ns + dt, 1)
+
     def add_unit(self, thread, stack, state, t_ns, count, unit) -> None:
         attr = None
         if unit is not None:
