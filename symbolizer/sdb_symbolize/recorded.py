@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from sdb_trace import STATE_NAMES, STATE_UNKNOWN, Tables
 
@@ -62,6 +62,24 @@ class Stack:
     def __init__(self, id: int, frames: Tuple[Frame, ...]):
         self.id = id
         self.frames = frames
+
+
+class CompactStack(Stack):
+    """A named stack kept as the numbers of its frames in a table of the pass's frames (2 bytes a
+    frame while the table holds at most 65,536, else 4), for reporters that read each stack's
+    frames once (flamegraph, firefox): `frames` is made anew on each read. A 10,000-deep stack
+    costs 20 KB this way, 80 KB as a tuple (issue 44)."""
+    __slots__ = ("code", "data", "table")
+
+    def __init__(self, id: int, code: str, data: bytes, table: List[Frame]):
+        self.id = id
+        self.code = code
+        self.data = data
+        self.table = table
+
+    @property
+    def frames(self) -> Tuple[Frame, ...]:
+        return tuple(map(self.table.__getitem__, memoryview(self.data).cast(self.code)))
 
 
 _FUNCTION_FRAMES: Dict[Frame, Frame] = {}

@@ -8,6 +8,7 @@ type (`all_types`: pprof, speedscope), all of them with their values per type. M
 distinct stacks, never with samples."""
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
@@ -15,7 +16,7 @@ from sdb_trace import (PROC_SHIFT, STATE_BLOCKED, STATE_GVL_WAIT, STATE_NAMES, S
                        TraceFile)
 
 from .options import ProfileOptions, UsageError
-from .recorded import (NO_UNIT, Process, Progress, Stack, Thread, endpoint_frame, endpoint_name,  # noqa: F401
+from .recorded import (NO_UNIT, CompactStack, Process, Progress, Stack, Thread, endpoint_frame, endpoint_name,  # noqa: F401
                        function_frame, request_frame, state_name, unit_label)
 from .resolve import UNKNOWN_ISEQ_PREFIX, Frame, Resolver
 
@@ -95,6 +96,11 @@ class SamplePass:
         if self.lo is not None and self.hi is not None and self.hi < self.lo:
             raise FilterError(f"--to ({options.to_s} s) is before --from ({options.from_s} s)")
         self._interned: Dict[Tuple[Frame, ...], Stack] = {}
+        # a reporter reading each stack once (compact_stacks: flamegraph, firefox) is handed
+        # CompactStacks: the pass's frames numbered, each stack the bytes of its numbers
+        self._frame_table: Optional[List[Frame]] = None
+        self._frame_number: Dict[Frame, int] = {}
+        self._compact: Dict[str, Dict[bytes, CompactStack]] = {"H": {}, "I": {}}
         self._state_frames = {st: Frame(f"({name})", None, 0) for st, name in STATE_NAMES.items()}
         self.samples_in = 0    # samples read
         self.samples_out = 0   # samples handed over
@@ -193,9 +199,31 @@ class SamplePass:
 
     # ------------------------------------------------------------------ stacks
     def intern(self, frames: Tuple[Frame, ...]) -> Stack:
+        if self._frame_table is not None:
+            return self._intern_compact(frames)
         s = self._interned.get(frames)
         if s is None:
             s = self._interned[frames] = Stack(len(self._interned), frames)
+        return s
+
+    def _intern_compact(self, frames: Tuple[Frame, ...]) -> Stack:
+        """A CompactStack: the frames as numbers in the pass's table of frames (numbered by
+        equality, as tuples compare: equal stacks get equal numbers), the numbers' bytes its key."""
+        table, number = self._frame_table, self._frame_number
+        local = {}
+        for i, f in dict(zip(map(id, frames), frames)).items():    # the stack's distinct Frames
+            n = number.get(f)
+            if n is None:
+                n = number[f] = len(table)
+                table.append(f)
+            local[i] = n
+        code = "H" if max(local.values(), default=0) < 1 << 16 else "I"    # by the numbers: equal stacks alike
+        data = array(code, map(local.__getitem__, map(id, frames))).tobytes()
+        by_data = self._compact[code]
+        s = by_data.get(data)
+        if s is None:
+            s = by_data[data] = CompactStack(len(self._interned) + len(self._compact["H"]) +
+                                             len(self._compact["I"]), code, data, table)
         return s
 
     def _named(self, c: _Proc, sid: int, state: int, t_ns: int, lo_ns: Optional[int] = None) -> Stack:
@@ -220,7 +248,9 @@ class SamplePass:
         """The stack has a Ruby frame whose ISeq no name could be proven for: `(unknown ISeq 0x...)`."""
         u = self._unnamed.get(stack.id)
         if u is None:
-            u = self._unnamed[stack.id] = any(f.label.startswith(UNKNOWN_ISEQ_PREFIX) for f in stack.frames)
+            frames = stack.frames if not isinstance(stack, CompactStack) else \
+                map(stack.table.__getitem__, set(memoryview(stack.data).cast(stack.code)))   # its distinct frames
+            u = self._unnamed[stack.id] = any(f.label.startswith(UNKNOWN_ISEQ_PREFIX) for f in frames)
         return u
 
     def thread(self, serial: int) -> Thread:
@@ -299,6 +329,10 @@ class SamplePass:
     def run(self, reporter, progress: Optional[Progress] = None) -> None:
         if getattr(reporter, "wants_idle", False):
             self.idle = True
+        if getattr(reporter, "compact_stacks", False) and self._frame_table is None:
+            self._frame_table = []
+            for c in self.ctx.values():
+                c.resolver.keep_stacks = False
         self._type_setup(reporter)
         if self.uses_spans(reporter):
             self._by_unit(reporter, progress)

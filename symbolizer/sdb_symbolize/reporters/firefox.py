@@ -125,6 +125,7 @@ class FirefoxReporter(Reporter):
 
     name = "firefox"
     extension = ".firefox.json"
+    compact_stacks = True    # each stack's frames read once (samples.CompactStack)
     timeline = True
     values = True
 

@@ -28,6 +28,7 @@ class FlamegraphReporter(Reporter):
 
     name = "flamegraph"
     extension = ".html"
+    compact_stacks = True    # each stack's frames read once (samples.CompactStack)
 
     def __init__(self, recording, options):
         super().__init__(recording, options)
