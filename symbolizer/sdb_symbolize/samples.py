@@ -206,6 +206,13 @@ class SamplePass:
             s = self._interned[frames] = Stack(len(self._interned), frames)
         return s
 
+    def use_compact_stacks(self) -> None:
+        """Stacks interned from now on are CompactStacks (a reporter that reads each once)."""
+        if self._frame_table is None:
+            self._frame_table = []
+            for c in self.ctx.values():
+                c.resolver.keep_stacks = False
+
     def _intern_compact(self, frames: Tuple[Frame, ...]) -> Stack:
         """A CompactStack: the frames as numbers in the pass's table of frames (numbered by
         equality, as tuples compare: equal stacks get equal numbers), the numbers' bytes its key."""
@@ -329,10 +336,8 @@ class SamplePass:
     def run(self, reporter, progress: Optional[Progress] = None) -> None:
         if getattr(reporter, "wants_idle", False):
             self.idle = True
-        if getattr(reporter, "compact_stacks", False) and self._frame_table is None:
-            self._frame_table = []
-            for c in self.ctx.values():
-                c.resolver.keep_stacks = False
+        if getattr(reporter, "compact_stacks", False):
+            self.use_compact_stacks()
         self._type_setup(reporter)
         if self.uses_spans(reporter):
             self._by_unit(reporter, progress)
