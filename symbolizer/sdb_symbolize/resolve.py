@@ -50,6 +50,9 @@ class Resolver:
         # True when the caller knows no name depends on time (no address named twice, no eBPF
         # pause: SamplePass checks the finished tables once): no frame is then asked about it
         self.static_names = False
+        # False: a stack whose names depend on nothing else is not kept here once named (a caller
+        # that keeps its named stacks itself, compactly: SamplePass for the tree formats)
+        self.keep_stacks = True
         self._mark = names_mark(tables)
         self._frames_seen = len(tables.frame_kind)
 
@@ -162,7 +165,7 @@ class Resolver:
         result = tuple(out)
         if cached is False:
             static = static_names or not any(self._ambiguous(fid) for fid in fids)
-            self._static[sid] = result if static else None
+            self._static[sid] = result if static and self.keep_stacks else None
         return result
 
 

@@ -15,7 +15,7 @@ from sdb_trace import (PROC_SHIFT, STATE_BLOCKED, STATE_GVL_WAIT, STATE_NAMES, S
                        TraceFile)
 
 from .options import ProfileOptions, UsageError
-from .recorded import (NO_UNIT, Process, Progress, Stack, Thread, endpoint_frame, endpoint_name,  # noqa: F401
+from .recorded import (NO_UNIT, CompactStack, CompactStacks, Process, Progress, Stack, Thread, endpoint_frame, endpoint_name,  # noqa: F401
                        function_frame, request_frame, state_name, unit_label)
 from .resolve import UNKNOWN_ISEQ_PREFIX, Frame, Resolver
 
@@ -122,6 +122,9 @@ class SamplePass:
         if self.lo is not None and self.hi is not None and self.hi < self.lo:
             raise FilterError(f"--to ({options.to_s} s) is before --from ({options.from_s} s)")
         self._interned: Dict[Tuple[Frame, ...], Stack] = kept.interned if kept is not None else {}
+        # a reporter reading each stack once (compact_stacks: flamegraph, firefox) is handed
+        # CompactStacks: the pass's frames numbered, each stack the bytes of its numbers
+        self._compact: Optional[CompactStacks] = None
         self._state_frames = {st: Frame(f"({name})", None, 0) for st, name in STATE_NAMES.items()}
         self.samples_in = 0    # samples read
         self.samples_out = 0   # samples handed over
@@ -220,10 +223,19 @@ class SamplePass:
 
     # ------------------------------------------------------------------ stacks
     def intern(self, frames: Tuple[Frame, ...]) -> Stack:
+        if self._compact is not None:
+            return self._compact.intern(frames, len(self._interned))
         s = self._interned.get(frames)
         if s is None:
             s = self._interned[frames] = Stack(len(self._interned), frames)
         return s
+
+    def use_compact_stacks(self) -> None:
+        """Stacks interned from now on are CompactStacks (a reporter that reads each once)."""
+        if self._compact is None:
+            self._compact = CompactStacks()
+            for c in self.ctx.values():
+                c.resolver.keep_stacks = False
 
     def _named(self, c: _Proc, sid: int, state: int, t_ns: int, lo_ns: Optional[int] = None) -> Stack:
         frames = c.resolver.stack(sid, t_ns, lo_ns)
@@ -247,7 +259,9 @@ class SamplePass:
         """The stack has a Ruby frame whose ISeq no name could be proven for: `(unknown ISeq 0x...)`."""
         u = self._unnamed.get(stack.id)
         if u is None:
-            u = self._unnamed[stack.id] = any(f.label.startswith(UNKNOWN_ISEQ_PREFIX) for f in stack.frames)
+            frames = stack.frames if not isinstance(stack, CompactStack) else \
+                map(stack.table.__getitem__, set(memoryview(stack.data).cast(stack.code)))   # its distinct frames
+            u = self._unnamed[stack.id] = any(f.label.startswith(UNKNOWN_ISEQ_PREFIX) for f in frames)
         return u
 
     def thread(self, serial: int) -> Thread:
@@ -326,6 +340,8 @@ class SamplePass:
     def run(self, reporter, progress: Optional[Progress] = None) -> None:
         if getattr(reporter, "wants_idle", False):
             self.idle = True
+        if getattr(reporter, "compact_stacks", False):
+            self.use_compact_stacks()
         self._type_setup(reporter)
         if self.uses_spans(reporter):
             self._by_unit(reporter, progress)

@@ -308,9 +308,10 @@ def _stacks(where: str, tables: "Tables", rec: dict) -> None:
     if type(stacks) is not list:
         raise Corrupt(f"{where}: corrupt stacks record ('stacks' is {_kind(stacks)}, expected a list)")
     nframes = len(tables.frame_kind)
+    code = "H" if nframes <= 1 << 16 else "I"   # 2 or 4 bytes a frame: deep stacks stay small
     for st in stacks:
         try:
-            ids = array("I", st) if type(st) is list else None   # 4 bytes a frame: deep stacks stay small
+            ids = array(code, st) if type(st) is list else None   # an id past the type: not defined
         except (TypeError, OverflowError):
             ids = None
         if ids is None or (ids and max(ids) >= nframes):
