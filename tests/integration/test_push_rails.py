@@ -117,18 +117,46 @@ def test_each_pyroscope_profile_holds_its_intervals_samples_of_the_local_trace(p
     assert total == len(t.samples)
 
 
-def test_pushed_names_are_sdb_symbolizes_names(pushed, tmp_path):
+def less_known(pushed: str, local: str) -> bool:
+    """A pushed frame that says less than the file's, never something else: unknown where a later
+    read named the address, or a block's method not yet qualified (`block in make_response!` for
+    `block in ActionController::DefaultHeaders::ClassMethods#make_response!`: the method entry that
+    qualifies it came later), whatever follows the name (a location) the same."""
+    if pushed.startswith("(unknown ISeq "):
+        return True
+    i = pushed.rfind(" in ")
+    if i < 0:
+        return False
+    head, rest = pushed[:i + 4], pushed[i + 4:]
+    middle = local[len(head):len(local) - len(rest)]
+    return local.startswith(head) and local.endswith(rest) and len(local) > len(pushed) \
+        and middle.endswith(("#", "."))
+
+
+def same_or_less(got: set, local: set) -> None:
+    """Every (thread, frames) pushed is the file's, or one of the file's with frames that say less;
+    nearly all are the file's."""
+    assert len(got & local) >= 0.99 * len(local), (len(got & local), len(local))
+    for thread, frames in got - local:
+        assert any(th == thread and len(fr) == len(frames) and
+                   all(a == b or less_known(a, b) for a, b in zip(frames, fr)) for th, fr in local), (thread, frames)
+
+
+def test_pushed_names_are_sdb_symbolizes_names_or_less(pushed, tmp_path):
+    """The push names each interval with what was read by its cut; the file can know more (a read
+    after the cut names an address, a method entry qualifies a block): a pushed stack is the file's,
+    or the file's with frames that say less (less_known), never another name."""
     t, received, _, _ = pushed
     want = decode_pprof(symbolized(t.path, "pprof", tmp_path / "local.pb.gz"))
     key = lambda s: (s["labels"]["thread_name"], tuple(s["frames"]))     # noqa: E731
-    assert set().union(*({key(s) for s in p["samples"]} for _, p in profiles(received, "wall"))) \
-        == {key(s) for s in want["samples"]}
+    same_or_less(set().union(*({key(s) for s in p["samples"]} for _, p in profiles(received, "wall"))),
+                 {key(s) for s in want["samples"]})
     otlp_want = {(s.attributes.get("thread.name"), s.frames) for s in
                  otlp_decode.samples(otlp_decode.decode(symbolized(t.path, "otlp", tmp_path / "local.otlp")))
                  if s.type == "wall"}
     otlp_got = {(s.attributes.get("thread.name"), s.frames) for rec in received if rec.endpoint == "otlp"
                 for s in otlp_decode.samples(rec.otlp) if s.type == "wall"}
-    assert otlp_got == otlp_want
+    same_or_less(otlp_got, otlp_want)
     assert any("ReportsController#show" in " ".join(frames) for _, frames in otlp_got)
 
 
@@ -143,7 +171,8 @@ def test_labels_name_the_service_pid_thread_state_and_endpoint(pushed):
             threads.add(lab["thread_name"])
             if "endpoint" in lab:
                 endpoints[lab["endpoint"]] += s["value"][0]
-    assert set(endpoints) == MIX, endpoints
+    # (no endpoint): a request's samples before its router named it
+    assert set(endpoints) - {"(no endpoint)"} == MIX, endpoints
     # puma's five request threads, by the names puma gives them
     assert sum(1 for name in threads if name.startswith("puma srv tp")) == 5, threads
     otlp_endpoints = Counter()
@@ -154,4 +183,4 @@ def test_labels_name_the_service_pid_thread_state_and_endpoint(pushed):
         for s in otlp_decode.samples(rec.otlp):
             if s.type == "wall" and "sdb.endpoint" in s.attributes:
                 otlp_endpoints[s.attributes["sdb.endpoint"]] += len(s.timestamps) or 1
-    assert set(otlp_endpoints) == MIX, otlp_endpoints
+    assert set(otlp_endpoints) - {"(no endpoint)"} == MIX, otlp_endpoints
