@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from dataclasses import replace
-from typing import IO, Dict, List, Optional
+from typing import IO, Callable, Dict, List, Optional
 
 from sdb_trace import TraceWriteError, TraceWriter
 from sdb_trace.output import open_output as open_safely, printable
@@ -137,6 +137,20 @@ class TreeRecording:
             raise write_failed(self.files.current, self.tree.writer, e) from None
         raise e
 
+    def run(self, on_step: Optional[Callable[[], None]] = None) -> dict:
+        """`start`, `step` while `running` (on_step after each), then `close`: the counts (`crash`:
+        whether a process's recording ended on a defect of sdb's). An exception ends it by `abort`."""
+        try:
+            self.start()
+            while self.running():
+                self.step()
+                if on_step is not None:
+                    on_step()
+            self.finish()
+        except BaseException as e:
+            self.abort(e)
+        return self.close()
+
     def close(self) -> dict:
         """After the root's recording ended (`running` false): every process's ends, the last interval
         is pushed, the end record written, the file closed. Returns the counts, or raises the
@@ -185,25 +199,12 @@ def record(target: Target, out_path: str, opts: Options, status_stream=None, on_
     old = {s: signal.signal(s, on_stop_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     status = StatusLine(status_stream, opts.quiet, opts.rate_hz, tree)
 
-    def restore():
+    try:
+        counts = rec.run(status.update)
+    finally:
+        # our handlers stay until the end record is written: a Ctrl-C while closing only marks it interrupted
         for s, h in old.items():
             signal.signal(s, h)
-    try:
-        rec.start()
-        while rec.running():
-            rec.step()
-            status.update()
-        rec.finish()
-    except BaseException as e:
-        restore()
-        rec.abort(e)
-    try:
-        counts = rec.close()
-    except SdbError:
-        restore()
-        raise
-    # our handlers stay until the end record is written: a Ctrl-C while closing only marks it interrupted
-    restore()
     status.finish()
     if rec.crash is not None:
         raise crashed(rec.crash, rec.files.current)

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 import otlp_decode
-from app_servers import debian_gems_env, free_port, stop
-from conftest import REPO, SDB_RUBY, SIDECAR, SYMBOLIZE, read_trace, wait_for
+from app_servers import RAILS_APP as APP, debian_gems_env, free_port, start_rails_app, stop
+from conftest import REPO, SIDECAR, SYMBOLIZE, read_trace
 from sdb_trace import STATE_NAMES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
@@ -23,7 +22,6 @@ from push_receiver import PushReceiver, decode_pprof  # noqa: E402
 
 pytestmark = pytest.mark.once       # Debian's Rails and puma load in Debian's Ruby only
 
-APP = REPO / "benchmarks" / "rails_app"
 MIX = {"ReportsController#show", "ProductsController#index", "ApiController#products", "OrdersController#create",
        "IoController#show"}
 SECONDS, INTERVAL = 90, 15
@@ -42,19 +40,9 @@ def pushed(tmp_path_factory):
     env = debian_gems_env({"APP_PROFILER": "sdb", "APP_DB": str(tmp / "app.sqlite3"), "PORT": str(port),
                            "APP_THREADS": "5"})
     receiver = PushReceiver()
-    with open(tmp / "puma.log", "w") as log:
-        server = subprocess.Popen([SDB_RUBY, "-S", "puma", "-C", str(APP / "config" / "puma.rb")], stdout=log,
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(APP))
+    server = start_rails_app(tmp, env)
     wrk = side = None
     try:
-        def up():
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/up", timeout=2) as r:
-                    return r.status == 200
-            except OSError:
-                return server.poll() is not None
-        wait_for(up, 120, what="the Rails app up")
-        assert server.poll() is None, (tmp / "puma.log").read_text()[-2000:]
         # wrk for longer than the recording: every interval is under load
         wrk = subprocess.Popen(["wrk", "-t1", "-c5", f"-d{SECONDS + 60}s", "-s", str(APP / "wrk" / "mix.lua"),
                                 f"http://127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -7,19 +7,17 @@ import json
 import math
 import re
 import subprocess
-import urllib.request
 from collections import defaultdict
 
 import pytest
 
-from app_servers import debian_gems_env, free_port, recording, stop
-from conftest import REPO, SDB_RUBY, run_symbolize, wait_for
+from app_servers import RAILS_APP as APP, debian_gems_env, free_port, recording, start_rails_app, stop
+from conftest import run_symbolize
 from sdb_trace import load_tables
 
 # Debian's Rails and puma load in Debian's Ruby only
 pytestmark = pytest.mark.once
 
-APP = REPO / "benchmarks" / "rails_app"
 MIX = ["ReportsController#show", "ProductsController#index", "ApiController#products", "OrdersController#create",
        "IoController#show"]
 
@@ -75,18 +73,8 @@ def rails_run(tmp_path_factory):
     app_log = tmp / "requests.log"
     env = debian_gems_env({"APP_PROFILER": "sdb", "APP_DB": str(tmp / "app.sqlite3"), "PORT": str(port),
                            "APP_THREADS": "5", "APP_REQUEST_LOG": str(app_log)})
-    with open(tmp / "puma.log", "w") as log:
-        server = subprocess.Popen([SDB_RUBY, "-S", "puma", "-C", str(APP / "config" / "puma.rb")], stdout=log,
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(APP))
+    server = start_rails_app(tmp, env)
     try:
-        def up():
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/up", timeout=2) as r:
-                    return r.status == 200
-            except OSError:
-                return server.poll() is not None    # ended: stop waiting, the assert below says so
-        wait_for(up, 120, what="the Rails app up")
-        assert server.poll() is None, (tmp / "puma.log").read_text()[-2000:]
         # warm up, not recorded: each action's first requests load code (Kernel#require_relative under
         # OrdersController#create), one long GVL wait per thread that ran them, all while the same one or
         # two requests happened to run; the blame's evidence must be many waits of many requests

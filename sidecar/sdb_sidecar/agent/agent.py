@@ -51,14 +51,7 @@ class TreeRun:
     def _run(self) -> None:
         rec = self.recording
         try:
-            try:
-                rec.start()
-                while rec.running():
-                    rec.step()
-                rec.finish()
-            except BaseException as e:
-                rec.abort(e)
-            self.counts = rec.close()
+            self.counts = rec.run()
             if rec.crash is not None:
                 raise crashed(rec.crash, rec.files.current)
             self.agent.ended(self, None)
@@ -133,6 +126,11 @@ class Agent:
                  f"{self.failed} failed")
         return 0
 
+    def _running(self) -> list:
+        """The recordings now (each thread removes its own at its end)."""
+        with self._lock:
+            return list(self.runs.values())
+
     def keep_budget(self) -> None:
         """--max-cpu: over it, every recording restarts at a lower rate (budget.py says why)."""
         lowered = self.budget.lower(self.opts.rate_hz) if self.budget is not None else None
@@ -142,16 +140,13 @@ class Agent:
         self.say(f"CPU {pct:.1f} % of a core, over --max-cpu {self.budget.max_pct:g}: rate lowered from "
                  f"{self.opts.rate_hz:g} to {rate:g} Hz; every recording restarts at it")
         self.opts = replace(self.opts, rate_hz=rate)
-        with self._lock:
-            runs = list(self.runs.values())
-        for r in runs:
+        for r in self._running():
             r.stop()
         self.budget.settle()
 
     def stop_all(self) -> None:
         """Every recording ends as at its root's exit: its last interval pushed, its file closed."""
-        with self._lock:
-            runs = list(self.runs.values())
+        runs = self._running()
         for r in runs:
             r.stop()
         for r in runs:
@@ -185,9 +180,7 @@ class Agent:
 
     def _owned(self, pid: int) -> bool:
         """Recorded already, or a descendant of a recorded root (its recording opens it itself)."""
-        with self._lock:
-            runs = list(self.runs.values())
-        if any(r.owns(pid) for r in runs):
+        if any(r.owns(pid) for r in self._running()):
             return True
         p = parent_of(pid)
         for _ in range(64):

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 
 from sdb_trace.registry_h import SDB_REGISTRY_PREFIX
 
-from ..target import ns_pid
+from ..target import ns_pid, proc_start_ticks
 
 REGISTRY_DIR = os.path.dirname(SDB_REGISTRY_PREFIX)          # /dev/shm
 REGISTRY_NAME = os.path.basename(SDB_REGISTRY_PREFIX)        # sdb-
@@ -37,16 +37,6 @@ class Candidate:
     start_ticks: int
 
 
-def start_ticks(pid: int) -> Optional[int]:
-    """The process's start time (field 22 of /proc/PID/stat), None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-        return int(data[data.rindex(b")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 class Discovery:
     """The scans of one agent. `scan()` returns the processes whose registry is in their /dev/shm
     now, oldest first (a parent before the children it forked)."""
@@ -57,9 +47,10 @@ class Discovery:
         self.unreadable = 0         # processes whose namespaces could not be read (counted, not guessed)
 
     def _look(self, pid: int) -> Optional[Seen]:
-        ticks = start_ticks(pid)
-        if ticks is None:
-            return None
+        try:
+            ticks = proc_start_ticks(pid)
+        except (OSError, ValueError, IndexError):
+            return None             # gone
         s = self.seen.get(pid)
         if s is not None and s.start_ticks == ticks:
             return s

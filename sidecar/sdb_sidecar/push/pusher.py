@@ -20,7 +20,7 @@ from . import otlp, pyroscope
 from .config import PushConfig
 from .cutter import IntervalCutter, Interval, StreamTap
 from .queue import PayloadQueue
-from .transport import DROP, RETRY, SENT, Transport
+from .transport import DROP, SENT, Transport
 
 BACKOFF_FIRST_S = 1.0
 CUT_AFTER_S = 0.25              # a cut waits this long after its grid point for the interval's last samples
