@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Dict, Iterator, Optional
 
@@ -35,6 +36,35 @@ def debian_gems_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
                             env=ruby_env(with_gem=False)).stdout
     env["GEM_PATH"] = f"{env.get('GEM_PATH', '')}:{debian}"
     return env
+
+
+RAILS_APP = REPO / "benchmarks" / "rails_app"
+
+
+def rails_up(port: int, server: subprocess.Popen) -> bool:
+    """The bundled Rails app answers its /up (True as well once the server ended: stop waiting, the
+    caller's assert says so)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/up", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return server.poll() is not None
+
+
+def start_rails_app(tmp: Path, env: Dict[str, str]) -> subprocess.Popen:
+    """puma with the bundled Rails app (benchmarks/rails_app) in env (its PORT...), its output in
+    tmp/puma.log; returned once the app answers. The caller stops it (stop)."""
+    with open(tmp / "puma.log", "w") as log:
+        server = subprocess.Popen([SDB_RUBY, "-S", "puma", "-C", str(RAILS_APP / "config" / "puma.rb")],
+                                  stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                  cwd=str(RAILS_APP))
+    try:
+        wait_for(lambda: rails_up(int(env["PORT"]), server), 120, what="the Rails app up")
+        assert server.poll() is None, (tmp / "puma.log").read_text()[-2000:]
+    except BaseException:
+        stop(server)
+        raise
+    return server
 
 
 def stop(p: subprocess.Popen) -> None:

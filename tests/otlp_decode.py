@@ -5,7 +5,7 @@ states them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2
 from opentelemetry.proto.profiles.v1development import profiles_pb2
@@ -38,6 +38,7 @@ class Sample:
     attributes: Dict[str, object]
     timestamps: List[int]
     values: List[int]
+    link: Optional[Tuple[str, str]] = None     # its Link's (trace id, span id) in hex; None: link_index 0
 
 
 def resource_attributes(rp) -> Dict[str, object]:
@@ -66,8 +67,10 @@ def samples(req) -> List[Sample]:
                         fn = d.function_table[loc.lines[0].function_index]
                         names.append(frame_name(st[fn.name_strindex], st[fn.filename_strindex], loc.lines[0].line))
                         labels.append(st[fn.name_strindex])
+                    link = d.link_table[s.link_index] if s.link_index else None
                     out.append(Sample(pid, typ, tuple(reversed(names)), tuple(reversed(labels)),
-                                      attrs(s.attribute_indices), list(s.timestamps_unix_nano), list(s.values)))
+                                      attrs(s.attribute_indices), list(s.timestamps_unix_nano), list(s.values),
+                                      (link.trace_id.hex(), link.span_id.hex()) if link is not None else None))
     return out
 
 
@@ -103,6 +106,8 @@ def check_dictionary(req) -> None:
         assert a.key_strindex < ns and a.unit_strindex < ns
     for s in d.stack_table:
         assert all(0 < i < len(d.location_table) for i in s.location_indices)
+    for link in list(d.link_table)[1:]:
+        assert len(link.trace_id) == 16 and any(link.trace_id) and len(link.span_id) == 8 and any(link.span_id)
     for rp in req.resource_profiles:
         keys = [kv.key for kv in rp.resource.attributes]
         assert len(keys) == len(set(keys))
@@ -111,7 +116,7 @@ def check_dictionary(req) -> None:
                 assert 0 < p.sample_type.type_strindex < ns and 0 < p.period_type.type_strindex < ns
                 assert len(p.profile_id) == 16 and any(p.profile_id)
                 for s in p.samples:
-                    assert s.stack_index < len(d.stack_table) and s.link_index == 0
+                    assert s.stack_index < len(d.stack_table) and s.link_index < len(d.link_table)
                     keys = [d.attribute_table[i].key_strindex for i in s.attribute_indices]
                     assert len(keys) == len(set(keys)), "a sample's attributes repeat a key"
                     assert len(s.values) == len(s.timestamps_unix_nano) > 0

@@ -62,7 +62,7 @@ unless defined?(Sdb::Spans)
     KIND_LABEL = 3
     module Spans
       def self.current = 0
-      def self.open(_kind, _endpoint) = 0
+      def self.open(_kind, _endpoint, _trace = nil, _span_id = nil) = 0
       def self.close(_span, _parent, _endpoint, _request_id, _status) = nil
     end
   end

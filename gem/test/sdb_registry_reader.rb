@@ -11,9 +11,10 @@ module SdbRegistryReader
             span span_ec].freeze
   SLOT_FORMAT = "QLLQQQQQLLZ64QQ"
   SPANS = %w[spans_offset span_count strings_offset strings_size span_head strings_used strings_refused].freeze
-  SPANS_SIZE = 32 # the span fields end struct sdb_header: they start header_size - 32 bytes in
+  SERVICE_SIZE = 128 # service_name ends struct sdb_header (version 4)
+  SPANS_SIZE = 32 # the span fields come right before it: they start header_size - 160 bytes in
   SPAN = %w[seq span parent thread_serial at_ns what kind endpoint status request_id].freeze
-  SPAN_FORMAT = "Q5L4Z64"
+  SPAN_FORMAT = "Q5L4a64"
   SPAN_SIZE = 128
   STATUS = { 0 => "STARTING", 1 => "ENABLED", 2 => "DISABLED" }.freeze
   LAYOUT_OFFSET = 472 # offsetof(struct sdb_header, layout)
@@ -28,7 +29,9 @@ module SdbRegistryReader
     # layout.cfp_sp and layout.body_local_table_size: the 63rd and 64th uint16 of struct sdb_layout
     header["link_fields"] = data.byteslice(LAYOUT_OFFSET + 2 * 62, 4).unpack("SS")
     header["file_size"] = data.bytesize
-    header.merge!(SPANS.zip(data.byteslice(header["header_size"] - SPANS_SIZE, SPANS_SIZE).unpack("L4QL2")).to_h)
+    spans_at = header["header_size"] - SERVICE_SIZE - SPANS_SIZE
+    header.merge!(SPANS.zip(data.byteslice(spans_at, SPANS_SIZE).unpack("L4QL2")).to_h)
+    header["service_name"] = data.byteslice(header["header_size"] - SERVICE_SIZE, SERVICE_SIZE).unpack1("Z*")
     slots = (0...header["slot_count"]).map do |i|
       raw = data.byteslice(header["slots_offset"] + i * header["slot_size"], header["slot_size"])
       SLOT.zip(raw.unpack(SLOT_FORMAT)).to_h.merge("index" => i)
@@ -45,6 +48,15 @@ module SdbRegistryReader
     (first...head).map do |i|
       raw = data.byteslice(h["spans_offset"] + (i % h["span_count"]) * SPAN_SIZE, SPAN_SIZE)
       ev = SPAN.zip(raw.unpack(SPAN_FORMAT)).to_h
+      bytes = ev["request_id"]
+      if ev["what"] == 1 # a begin's request_id bytes hold its trace context: trace id, span id
+        trace, span = bytes.byteslice(0, 16), bytes.byteslice(16, 8)
+        ev["trace_id"] = trace.unpack1("H*") if trace.bytes.any?(&:positive?)
+        ev["span_id"] = span.unpack1("H*") if span.bytes.any?(&:positive?)
+        ev["request_id"] = ""
+      else
+        ev["request_id"] = bytes.unpack1("Z*")
+      end
       id = ev["endpoint"]
       if id.positive?
         len = data.byteslice(h["strings_offset"] + id - 1, 4).unpack1("L")

@@ -15,7 +15,7 @@ module SdbTestHelper
   # timeout: seconds after which the child is killed (SIGKILL): its status then says so (termsig 9).
   def run_ruby(script, env = {}, timeout = 300)
     env = { "SDB_DISABLE" => nil, "SDB_FORCE_LAYOUT" => nil, "SDB_TEST_CORRUPT_LAYOUT" => nil,
-            "SDB_MAX_THREADS" => nil }.merge(env)
+            "SDB_MAX_THREADS" => nil, "SDB_SERVICE_NAME" => nil, "OTEL_SERVICE_NAME" => nil }.merge(env)
     Open3.popen3(env, RUBY, "-I", LIB, "-I", TEST_DIR, "-rjson", "-rsdb_registry_reader", "-e", script) do |i, o, e, t|
       i.close
       out = Thread.new { o.read }

@@ -4,7 +4,8 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 from sdb_sidecar._util cimport sdb_load_acquire_u64, sdb_fence_acquire
 from sdb_sidecar._registry_h cimport (sdb_layout, sdb_slot, sdb_span_event, sdb_header, SDB_NAME_MAX,
-                                      SDB_STATUS_ENABLED)
+                                      SDB_STATUS_ENABLED, SDB_SPAN_BEGIN, SDB_TRACE_SPAN_AT,
+                                      SDB_TRACE_SPAN_LEN, SDB_SERVICE_MAX)
 
 cdef class Registry:
     """The gem's registry, mapped read-only."""

@@ -123,6 +123,7 @@ cdef class Registry:
             "ruby_description": h.ruby_description.decode(errors="replace"),
             "layout": h.layout_name.decode(errors="replace"),
             "disabled_reason": h.disabled_reason.decode(errors="replace"),
+            "service": self.service_name,
         }
 
     def span_head(self):
@@ -154,9 +155,15 @@ cdef class Registry:
             if s1 != 2 * i + 2 or sdb_load_acquire_u64(&e.seq) != s1:
                 lost += 1           # being overwritten by a later event
                 continue
-            c.request_id[63] = 0
+            if c.what == SDB_SPAN_BEGIN:    # its request_id bytes hold the trace context
+                ids = (<const char *>c.request_id)[:SDB_TRACE_SPAN_AT + SDB_TRACE_SPAN_LEN]
+                rid = b""
+            else:
+                c.request_id[63] = 0
+                rid = <bytes>c.request_id
+                ids = None
             out.append((c.what, c.span, c.parent, c.thread_serial, c.at_ns, c.kind, c.endpoint, c.status,
-                        <bytes>c.request_id))
+                        rid, ids))
         return out, head, lost
 
     def string_at(self, uint32_t sid):
@@ -170,6 +177,13 @@ cdef class Registry:
         if n == 0 or <uint64_t>off + 4 + n > used:
             return None
         return (<const char *>(self.base + self.strings_offset + off + 4))[:n]
+
+    @property
+    def service_name(self):
+        """The service name the app gave (SDB_SERVICE_NAME, else OTEL_SERVICE_NAME, read by the gem at
+        require), None when it gave none."""
+        name = self.hdr.service_name[:SDB_SERVICE_MAX].split(b"\0", 1)[0]
+        return name.decode("utf-8", "replace") if name else None
 
     @property
     def strings_refused(self):

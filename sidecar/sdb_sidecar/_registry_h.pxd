@@ -28,6 +28,11 @@ cdef extern from "sdb_registry.h" nogil:
         SDB_STRINGS_SIZE
         SDB_STRING_MAX
         SDB_REQUEST_ID_MAX
+        SDB_TRACE_ID_AT
+        SDB_TRACE_ID_LEN
+        SDB_TRACE_SPAN_AT
+        SDB_TRACE_SPAN_LEN
+        SDB_SERVICE_MAX
         SDB_SPAN_BEGIN
         SDB_SPAN_END
         SDB_KIND_REQUEST
@@ -253,3 +258,4 @@ cdef extern from "sdb_registry.h" nogil:
         uint64_t span_head
         uint32_t strings_used
         uint32_t strings_refused
+        char service_name[SDB_SERVICE_MAX]

@@ -6,6 +6,7 @@ import time
 from typing import Optional
 
 from sdb_trace import TraceWriter
+from sdb_trace.registry_h import SDB_TRACE_ID_AT, SDB_TRACE_ID_LEN, SDB_TRACE_SPAN_AT, SDB_TRACE_SPAN_LEN
 
 from . import _sampler
 from .ebpf_view import EbpfView
@@ -420,6 +421,18 @@ class SpanReader:
         if not out:
             return
         cols = list(zip(*out))
+        trace_ids, span_ids = zip(*(trace_context(ids) for ids in cols[9]))
         self.writer.spans(list(cols[0]), list(cols[1]), list(cols[2]), list(cols[3]), list(cols[4]),
                           list(cols[5]), [self.name(i) for i in cols[6]], list(cols[7]),
-                          [r.decode("utf-8", "replace") if r else None for r in cols[8]])
+                          [r.decode("utf-8", "replace") if r else None for r in cols[8]],
+                          list(trace_ids), list(span_ids))
+
+
+def trace_context(ids: Optional[bytes]) -> tuple:
+    """A begin event's trace context (docs/registry-format.md, "Spans") as (trace id, span id) in
+    lowercase hex, each None when absent (all zero: W3C Trace Context's invalid id)."""
+    if not ids:
+        return None, None
+    trace = ids[SDB_TRACE_ID_AT:SDB_TRACE_ID_AT + SDB_TRACE_ID_LEN]
+    span = ids[SDB_TRACE_SPAN_AT:SDB_TRACE_SPAN_AT + SDB_TRACE_SPAN_LEN]
+    return (trace.hex() if any(trace) else None), (span.hex() if any(span) else None)

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from dataclasses import replace
-from typing import IO, Dict, List, Optional
+from typing import IO, Callable, Dict, List, Optional
 
 from sdb_trace import TraceWriteError, TraceWriter
 from sdb_trace.output import open_output as open_safely, printable
@@ -52,6 +52,134 @@ def write_failed(path: str, writer: TraceWriter, e: TraceWriteError) -> SdbError
                     f"{writer.written:,} bytes written before", Exit.OUTPUT)
 
 
+class NullOutput:
+    """Where the trace goes when no file is wanted (the agent without -o: its profiles are pushed):
+    every write is taken and forgotten, so the recording and its push tap run as with a file."""
+
+    def write(self, data) -> int:
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class TreeRecording:
+    """One recording into a trace (attach, record; each process tree of the agent): its files, its
+    pusher and its Tree, opened at once (a target that cannot be read fails here, its file removed).
+    `start`, then `step` while `running`, then `close` (every process's last drain, the last
+    interval pushed, the end record): the counts. `abort` after an exception. out_path None: no
+    file (NullOutput). labels: more header keys (the agent's container_id, pod_uid)."""
+
+    def __init__(self, target: Target, out_path: Optional[str], opts: Options, status_stream=None,
+                 labels: Optional[dict] = None):
+        self.target, self.opts = target, opts
+        self.status_stream = status_stream or sys.stderr
+        self.files = Files(out_path if out_path is not None else os.devnull, opts)
+        if out_path is not None:
+            path = self.files.next()
+            out = open_output(path)
+        else:
+            out = NullOutput()
+        try:
+            sampler = new_sampler(target, opts)
+            check_readable(target.pid, target.registry, sampler)
+        except SdbError:
+            out.close()
+            if out_path is not None:
+                os.unlink(path)
+            raise
+        header = {
+            "pid": target.pid, "ruby": target.info["ruby"], "ruby_description": target.info["ruby_description"],
+            "layout": target.info["layout"], "rate_hz": opts.rate_hz, "hostname": socket.gethostname(),
+            "sdb_version": __version__, "command": target.command, "max_depth": opts.max_depth, **(labels or {}),
+        }
+        service = (opts.push.service if opts.push is not None else None) or target.service
+        if service:
+            header["service"] = service     # --service, else the app's own (docs/trace-format.md)
+        self.pusher = Pusher(opts.push, target.command, self.status_stream, target.service) \
+            if opts.push is not None else None
+        tap = self.pusher.tap.for_writer() if self.pusher is not None else None
+        writer = TraceWriter(out, {**header, "start_mono_ns": _sampler.monotonic_ns(),
+                                   "start_wall_ns": _sampler.wall_ns()},
+                             batched=True, compress=out_path is not None, tap=tap)
+        self.tree = Tree(target, sampler, writer, opts, header=header, files=self.files, out=out,
+                         pusher=self.pusher)
+        self.finished = False
+        self.crash = None
+
+    def start(self) -> None:
+        self.tree.start()
+        if self.pusher is not None:
+            self.pusher.start()
+
+    def running(self) -> bool:
+        return self.tree.running()
+
+    def step(self) -> None:
+        self.tree.step()
+
+    def finish(self) -> None:
+        """The root's recording ended: every other process's ends now (close does it if not done)."""
+        if not self.finished:
+            self.finished = True
+            self.tree.finish()
+
+    def abort(self, e: BaseException) -> None:
+        """An exception ended the recording: the sampler threads run without the GIL and must be
+        stopped before it can reach the interpreter's exit. Raises what the caller should raise."""
+        self.tree.abort()
+        if self.pusher is not None:
+            self.pusher.abandon()
+        if isinstance(e, TraceWriteError):
+            raise write_failed(self.files.current, self.tree.writer, e) from None
+        raise e
+
+    def run(self, on_step: Optional[Callable[[], None]] = None) -> dict:
+        """`start`, `step` while `running` (on_step after each), then `close`: the counts (`crash`:
+        whether a process's recording ended on a defect of sdb's). An exception ends it by `abort`."""
+        try:
+            self.start()
+            while self.running():
+                self.step()
+                if on_step is not None:
+                    on_step()
+            self.finish()
+        except BaseException as e:
+            self.abort(e)
+        return self.close()
+
+    def close(self) -> dict:
+        """After the root's recording ended (`running` false): every process's ends, the last interval
+        is pushed, the end record written, the file closed. Returns the counts, or raises the
+        SdbError that ended the recording (a write that failed, a defect of sdb's)."""
+        tree, pusher, opts, files = self.tree, self.pusher, self.opts, self.files
+        self.finish()
+        if tree.error is not None:
+            raise write_failed(files.current, tree.writer, tree.error)
+        crash = tree.crash()
+        if tree.stalled:
+            d = opts.duration_s
+            sys.stderr.write(f"sdb: warning: the sampler thread did not stop {d + 2 * STALL_GRACE_S:.0f} s "
+                             f"into a {d:g} s recording; the trace holds what it gathered\n")
+        counts = tree.counts()
+        if pusher is not None:
+            # every sample is written: the last interval is cut and sent (within the pusher's deadline)
+            counts["push"] = pusher.finish()
+            tree.writer.tap = None
+        try:
+            tree.writer.end(**file_counts(tree.by_proc, counts))
+        except TraceWriteError as e:
+            raise write_failed(files.current, tree.writer, e) from None
+        tree.out.close()
+        files.prune()
+        counts["files"] = list(files.written) if not isinstance(tree.out, NullOutput) else []
+        self.crash = crash
+        return counts
+
+
 def record(target: Target, out_path: str, opts: Options, status_stream=None, on_signal=None) -> dict:
     """Record into the trace at out_path until opts.duration_s (0: no limit), Ctrl-C/SIGTERM or the
     target's exit; with opts.children, its descendants that run the gem too, from the moment each
@@ -60,25 +188,8 @@ def record(target: Target, out_path: str, opts: Options, status_stream=None, on_
     allows it, pausing its creation probes while they fire more than opts.ebpf_max_rate times a
     second (0: never pause). Returns the closing counts."""
     status_stream = status_stream or sys.stderr
-    files = Files(out_path, opts)
-    path = files.next()
-    out = open_output(path)
-    try:
-        sampler = new_sampler(target, opts)
-        check_readable(target.pid, target.registry, sampler)
-    except SdbError:
-        out.close()
-        os.unlink(path)
-        raise
-    header = {
-        "pid": target.pid, "ruby": target.info["ruby"], "ruby_description": target.info["ruby_description"],
-        "layout": target.info["layout"], "rate_hz": opts.rate_hz, "hostname": socket.gethostname(),
-        "sdb_version": __version__, "command": target.command, "max_depth": opts.max_depth,
-    }
-    pusher = Pusher(opts.push, target.command, status_stream) if opts.push is not None else None
-    writer = TraceWriter(out, {**header, "start_mono_ns": _sampler.monotonic_ns(), "start_wall_ns": _sampler.wall_ns()},
-                         batched=True, tap=pusher.tap.for_writer() if pusher is not None else None)
-    tree = Tree(target, sampler, writer, opts, header=header, files=files, out=out, pusher=pusher)
+    rec = TreeRecording(target, out_path, opts, status_stream)
+    tree = rec.tree
 
     def on_stop_signal(signum, frame):
         tree.interrupt()
@@ -87,54 +198,16 @@ def record(target: Target, out_path: str, opts: Options, status_stream=None, on_
 
     old = {s: signal.signal(s, on_stop_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     status = StatusLine(status_stream, opts.quiet, opts.rate_hz, tree)
+
     try:
-        tree.start()
-        if pusher is not None:
-            pusher.start()
-        while tree.running():
-            tree.step()
-            status.update()
-        tree.finish()
-    except BaseException as e:
-        # the sampler threads run without the GIL: they must be stopped before this exception can
-        # reach the interpreter's exit
-        tree.abort()
-        if pusher is not None:
-            pusher.abandon()
+        counts = rec.run(status.update)
+    finally:
+        # our handlers stay until the end record is written: a Ctrl-C while closing only marks it interrupted
         for s, h in old.items():
             signal.signal(s, h)
-        if isinstance(e, TraceWriteError):
-            raise write_failed(files.current, tree.writer, e) from None
-        if isinstance(e, SdbError) and e.code == Exit.OUTPUT:
-            raise
-        raise
-    if tree.error is not None:
-        for s, h in old.items():
-            signal.signal(s, h)
-        raise write_failed(files.current, tree.writer, tree.error)
-    crash = tree.crash()
-    if tree.stalled:
-        d = opts.duration_s
-        sys.stderr.write(f"sdb: warning: the sampler thread did not stop {d + 2 * STALL_GRACE_S:.0f} s "
-                         f"into a {d:g} s recording; the trace holds what it gathered\n")
-    counts = tree.counts()
-    if pusher is not None:
-        # every sample is written: the last interval is cut and sent (within the pusher's deadline)
-        counts["push"] = pusher.finish()
-        tree.writer.tap = None
-    try:
-        tree.writer.end(**file_counts(tree.by_proc, counts))
-    except TraceWriteError as e:
-        raise write_failed(files.current, tree.writer, e) from None
-    tree.out.close()
-    files.prune()
-    counts["files"] = list(files.written)
-    # our handlers stay until the end record is written: a Ctrl-C while closing only marks it interrupted
-    for s, h in old.items():
-        signal.signal(s, h)
     status.finish()
-    if crash is not None:
-        raise crashed(crash, files.current)
+    if rec.crash is not None:
+        raise crashed(rec.crash, rec.files.current)
     if counts["reason"] == "permission":
         raise permission_error(target.pid, PermissionError(1, "Operation not permitted"))
     return counts
@@ -204,7 +277,7 @@ class Tree:
             self.writer.process(proc, pid=target.pid, ppid=parent_of(target.pid) or 0, parent=parent,
                                 command=target.command, at_ns=_sampler.monotonic_ns(), ns_pid=target.ns_pid,
                                 ruby=target.info["ruby"], ruby_description=target.info["ruby_description"],
-                                layout=target.info["layout"])
+                                layout=target.info["layout"], service=target.service)
         return pr
 
     def ended(self, pr: ProcessRecording) -> None:
@@ -365,7 +438,7 @@ class Tree:
                                         at_ns=_sampler.monotonic_ns(), ns_pid=pr.target.ns_pid,
                                         ruby=pr.target.info["ruby"],
                                         ruby_description=pr.target.info["ruby_description"],
-                                        layout=pr.target.info["layout"])
+                                        layout=pr.target.info["layout"], service=pr.target.service)
 
     # ------------------------------------------------------------------ rotation
     def rotation_due(self, now: float) -> bool:
@@ -422,7 +495,8 @@ class Tree:
         with writer.lock:
             writer.process(pr.proc, pid=t.pid, ppid=parent_of(t.pid) or 0, parent=self._recorded_parent(t.pid),
                            command=command, at_ns=_sampler.monotonic_ns(), ns_pid=t.ns_pid, ruby=t.info["ruby"],
-                           ruby_description=t.info["ruby_description"], layout=t.info["layout"])
+                           ruby_description=t.info["ruby_description"], layout=t.info["layout"],
+                           service=t.service)
 
     # ------------------------------------------------------------------ the end
     def finish(self) -> None:

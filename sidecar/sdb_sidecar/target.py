@@ -6,6 +6,7 @@ import os
 import stat
 import time
 from dataclasses import dataclass
+from typing import Optional
 
 from sdb_trace.registry_h import (SDB_REGISTRY_MAGIC, SDB_REGISTRY_PREFIX, SDB_REGISTRY_VERSION, SDB_STATUS_DISABLED,
                                   SDB_STATUS_ENABLED, SDB_STATUS_STARTING)
@@ -32,6 +33,12 @@ class Target:
     @property
     def ruby(self) -> str:
         return self.info["ruby"]
+
+    @property
+    def service(self) -> Optional[str]:
+        """The service name the app gave (SDB_SERVICE_NAME, else OTEL_SERVICE_NAME), read by its gem at
+        require and published in its registry: never from the process's environment. None: none."""
+        return self.info.get("service")
 
 
 def registry_path(pid: int) -> str:

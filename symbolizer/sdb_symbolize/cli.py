@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="json: every sample line carries its frames (larger: a stack is repeated for each of "
                           "its samples), instead of naming a stack defined once on a line of its own")
     out.add_argument("--service", metavar="NAME",
-                     help="otlp: the service.name of its resources (default: the recorded process's title)")
+                     help="otlp: the service.name of its resources (default: the trace's service, "
+                          "else the recorded process's title)")
     out.add_argument("--no-progress", dest="progress", action="store_false",
                      help="no progress line on stderr (it shows only on a terminal, for long runs)")
     p.add_argument("--version", action="version", version=f"sdb {__version__}")

@@ -38,7 +38,7 @@ class ProfileOptions:
     sample_type: Optional[str] = None   # the sample type single-type formats show (None: the recording's first: wall)
     # output
     json_frames: bool = False           # json: every sample line carries its frames
-    service: Optional[str] = None       # otlp: the resources' service.name (None: the recording's process title)
+    service: Optional[str] = None       # otlp: the resources' service.name (None: the header's, else the process title)
 
     def __post_init__(self):
         # a list given for a tuple is taken (and frozen) as it is

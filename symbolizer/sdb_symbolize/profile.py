@@ -21,9 +21,9 @@ from .options import ProfileOptions, UsageError
 from .reporters import REPORTERS
 from .reporters.base import Recording, Reporter
 from .reporters.compare_slow import CompareSlowReporter
-from .samples import FilterError, Progress, SamplePass
+from .samples import FilterError, KeptNames, Progress, SamplePass
 
-__all__ = ["ProfileOptions", "Profile", "RenderResult", "render", "render_bytes", "write_profile", "UsageError",
+__all__ = ["ProfileOptions", "Profile", "KeptNames", "RenderResult", "render", "render_bytes", "write_profile", "UsageError",
            "FilterError", "OutputFailed", "reporter_class"]
 
 
@@ -102,11 +102,11 @@ class Profile:
     """One profile of one source: the options checked and the filters matched against the recording
     on construction (UsageError: nothing is written then), written once by `render(out)`."""
 
-    def __init__(self, source, options: ProfileOptions):
+    def __init__(self, source, options: ProfileOptions, kept: Optional[KeptNames] = None):
         self.source = source
         self.options = options
         cls = reporter_class(options)
-        self.samples = samples = SamplePass(source, options)
+        self.samples = samples = SamplePass(source, options, kept)
         tables = source.tables
         recording = Recording(header=tables.header, end=tables.end, spans=samples.spans,
                               shown_spans=samples.spans_shown(),
@@ -136,15 +136,25 @@ class Profile:
         return RenderResult(samples.samples_in, samples.samples_out, samples.samples_unnamed)
 
 
-def render(source, options: ProfileOptions, out: IO[bytes], progress: Optional[Progress] = None) -> RenderResult:
-    """The profile of `source` (a TraceFile, or a MemoryTrace that kept its samples) to `out`."""
-    return Profile(source, options).render(out, progress)
+    def collect(self) -> Reporter:
+        """Runs the sample pass into the reporter and gives it back unrendered (a caller that makes
+        several outputs of one pass from the reporter's own builder: the sidecar's push)."""
+        self.reporter.start(_Guarded(BytesIO(), text=not self.reporter.binary))
+        self.samples.run(self.reporter)
+        return self.reporter
 
 
-def render_bytes(source, options: ProfileOptions) -> bytes:
+def render(source, options: ProfileOptions, out: IO[bytes], progress: Optional[Progress] = None,
+           kept: Optional[KeptNames] = None) -> RenderResult:
+    """The profile of `source` (a TraceFile, or a MemoryTrace that kept its samples) to `out`.
+    `kept`: the named stacks of earlier renders of the same growing source (samples.KeptNames)."""
+    return Profile(source, options, kept).render(out, progress)
+
+
+def render_bytes(source, options: ProfileOptions, kept: Optional[KeptNames] = None) -> bytes:
     """The profile of `source` as bytes."""
     out = BytesIO()
-    render(source, options, out)
+    render(source, options, out, kept=kept)
     return out.getvalue()
 
 

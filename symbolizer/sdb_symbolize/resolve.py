@@ -50,6 +50,31 @@ class Resolver:
         # True when the caller knows no name depends on time (no address named twice, no eBPF
         # pause: SamplePass checks the finished tables once): no frame is then asked about it
         self.static_names = False
+        # False: a stack whose names depend on nothing else is not kept here once named (a caller
+        # that keeps its named stacks itself, compactly: SamplePass for the tree formats)
+        self.keep_stacks = True
+        self._mark = names_mark(tables)
+        self._frames_seen = len(tables.frame_kind)
+
+    def still_holds(self) -> bool:
+        """For a Resolver kept while its Tables grow (the sidecar's push names each interval with the
+        tables read so far): whether every name it cached still holds. Tables only grow, and a
+        frame's or a stack's ids never change meaning, so a cached name depends on nothing else
+        than the symbol tables (a new symbol can name an unnamed address or make an address
+        time-dependent), the eBPF pauses (names before a pause stop holding) and, for a frame whose
+        method was agreed among its ISeq's frames, that ISeq's frames: if the symbols or pauses
+        changed, or a new frame belongs to an ISeq an agreement was asked of, nothing is kept
+        (False: make a new Resolver); other new frames only reset the lazy ISeq -> frames index."""
+        if names_mark(self.t) != self._mark:
+            return False
+        n = len(self.t.frame_kind)
+        if n != self._frames_seen:
+            asked = {iseq for iseq, _ in self._agreed}
+            if asked and any(self.t.frame_iseq[fid] in asked for fid in range(self._frames_seen, n)):
+                return False
+            self._frames_of = None
+            self._frames_seen = n
+        return True
 
     def agreed_method(self, iseq: int, sym, t_ns: int) -> Optional[dict]:
         """For a frame of this ISeq (symbol `sym`) whose own method entry does not fit it: a frame read
@@ -140,8 +165,16 @@ class Resolver:
         result = tuple(out)
         if cached is False:
             static = static_names or not any(self._ambiguous(fid) for fid in fids)
-            self._static[sid] = result if static else None
+            self._static[sid] = result if static and self.keep_stacks else None
         return result
+
+
+def names_mark(tables: Tables) -> tuple:
+    """What a frame's name depends on besides its own frame record that can grow: how many
+    symbols each table holds (symbols are only ever added) and the eBPF pauses (an open one may
+    close). Equal marks: equal symbol tables and pauses."""
+    return (sum(map(len, tables.iseqs.values())), sum(map(len, tables.cfuncs.values())),
+            tuple(tuple(p) for p in tables.ebpf_pauses))
 
 
 def thread_label(th: Optional[dict], serial: int) -> str:

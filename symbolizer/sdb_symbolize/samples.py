@@ -8,14 +8,14 @@ type (`all_types`: pprof, speedscope), all of them with their values per type. M
 distinct stacks, never with samples."""
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from sdb_trace import (PROC_SHIFT, STATE_BLOCKED, STATE_GVL_WAIT, STATE_NAMES, STATE_RUNNING, STATE_UNKNOWN, Tables,
                        TraceFile)
 
 from .options import ProfileOptions, UsageError
-from .recorded import (NO_UNIT, Process, Progress, Stack, Thread, endpoint_frame, endpoint_name,  # noqa: F401
+from .recorded import (NO_UNIT, CompactStack, CompactStacks, Process, Progress, Stack, Thread, endpoint_frame, endpoint_name,  # noqa: F401
                        function_frame, request_frame, state_name, unit_label)
 from .resolve import UNKNOWN_ISEQ_PREFIX, Frame, Resolver
 
@@ -28,13 +28,16 @@ class _Proc:
     """One process of the trace in a pass: its tables, the Resolver of its frames, the stacks whose
     names depend on time, and its named stacks by id."""
 
-    def __init__(self, tables: Tables, labels: str, process: Process):
+    def __init__(self, tables: Tables, labels: str, process: Process, kept: Optional["_Proc"] = None):
         self.t = tables
         self.proc = tables.proc
         self.process = process
         self.base = tables.proc << PROC_SHIFT          # a thread or span serial here -> its id in the trace
-        self.resolver = Resolver(tables, labels)
-        self.by_sid: Dict[Tuple[int, int], Stack] = {}   # (stack id, state or -1) -> Stack, for static stacks
+        if kept is not None and kept.t is tables and kept.resolver.still_holds():
+            self.resolver, self.by_sid = kept.resolver, kept.by_sid     # the names of an earlier pass hold
+        else:
+            self.resolver = Resolver(tables, labels)
+            self.by_sid: Dict[Tuple[int, int], Stack] = {}   # (stack id, state or -1) -> Stack, for static stacks
         self.ambiguous = self._ambiguous_stacks()
         self.resolver.static_names = self._static
 
@@ -51,6 +54,24 @@ class _Proc:
         return frozenset(sid for sid, st in enumerate(t.stacks) if not fids.isdisjoint(st))
 
 
+class KeptNames:
+    """The named stacks of one source kept from pass to pass while the source grows (the sidecar's
+    push names each interval's samples with the tables read so far): an interval names only the
+    stacks no earlier one named. What is kept is exactly the pass's own caches (each process's
+    Resolver and its stacks by id, the interned Stacks), and a process's are dropped as soon as
+    its Resolver says a name it cached may no longer hold (Resolver.still_holds) or the naming
+    options differ: every name is the one a fresh pass over the same tables gives."""
+
+    def __init__(self):
+        self.clear(None)
+
+    def clear(self, options: Optional[tuple]) -> None:
+        self.options = options
+        self.procs: Dict[int, _Proc] = {}
+        self.interned: Dict[Tuple[Frame, ...], Stack] = {}
+        self.unnamed: Dict[int, bool] = {}
+
+
 class SamplePass:
     """Streams the samples of one trace into one reporter. A trace of a process tree holds several
     processes, each with its own ids: threads and spans get ids of the trace (Tables.gid), stacks
@@ -58,7 +79,7 @@ class SamplePass:
     `source`: a TraceFile, or a MemoryTrace that kept its samples (anything with `tables` and
     `iter_samples(on_batch, windows, spans, proc)`)."""
 
-    def __init__(self, source: TraceFile, options: ProfileOptions):
+    def __init__(self, source: TraceFile, options: ProfileOptions, kept: Optional[KeptNames] = None):
         self.source = source
         tables = source.tables
         self.t = tables
@@ -74,7 +95,13 @@ class SamplePass:
                     some = ", ".join(str(k) for k in sorted(known))
                     raise FilterError(f"--pid {pid}: no such process in the trace (processes: {some})")
             procs = [pt for pt in procs if self.processes[pt.proc].pid in options.pids]
-        self.ctx: Dict[int, _Proc] = {pt.proc: _Proc(pt, options.labels, self.processes[pt.proc]) for pt in procs}
+        if kept is not None and kept.options != (options.labels, options.lines, options.states):
+            kept.clear((options.labels, options.lines, options.states))
+        old = kept.procs if kept is not None else {}
+        self.ctx: Dict[int, _Proc] = {pt.proc: _Proc(pt, options.labels, self.processes[pt.proc], old.get(pt.proc))
+                                      for pt in procs}
+        if kept is not None:
+            kept.procs.update(self.ctx)
         split = self.multi and not options.merge_processes
         self.threads: Dict[int, Thread] = {}
         self.spans: Dict[int, dict] = {}        # span id in the trace -> its span (ids of the trace inside)
@@ -94,12 +121,15 @@ class SamplePass:
         self.hi = start + int(options.to_s * 1e9) if options.to_s is not None else None
         if self.lo is not None and self.hi is not None and self.hi < self.lo:
             raise FilterError(f"--to ({options.to_s} s) is before --from ({options.from_s} s)")
-        self._interned: Dict[Tuple[Frame, ...], Stack] = {}
+        self._interned: Dict[Tuple[Frame, ...], Stack] = kept.interned if kept is not None else {}
+        # a reporter reading each stack once (compact_stacks: flamegraph, firefox) is handed
+        # CompactStacks: the pass's frames numbered, each stack the bytes of its numbers
+        self._compact: Optional[CompactStacks] = None
         self._state_frames = {st: Frame(f"({name})", None, 0) for st, name in STATE_NAMES.items()}
         self.samples_in = 0    # samples read
         self.samples_out = 0   # samples handed over
         self.samples_unnamed = 0  # of those, samples with a frame no name could be proven for
-        self._unnamed: Dict[int, bool] = {}     # Stack.id -> it has such a frame
+        self._unnamed: Dict[int, bool] = kept.unnamed if kept is not None else {}   # Stack.id -> it has such a frame
         self._units: Dict[int, Optional[dict]] = {}     # span id -> its unit of work (the root span)
         self._check_endpoints()
         self.types = tables.sample_types                 # what the recording's samples measure
@@ -193,10 +223,19 @@ class SamplePass:
 
     # ------------------------------------------------------------------ stacks
     def intern(self, frames: Tuple[Frame, ...]) -> Stack:
+        if self._compact is not None:
+            return self._compact.intern(frames, len(self._interned))
         s = self._interned.get(frames)
         if s is None:
             s = self._interned[frames] = Stack(len(self._interned), frames)
         return s
+
+    def use_compact_stacks(self) -> None:
+        """Stacks interned from now on are CompactStacks (a reporter that reads each once)."""
+        if self._compact is None:
+            self._compact = CompactStacks()
+            for c in self.ctx.values():
+                c.resolver.keep_stacks = False
 
     def _named(self, c: _Proc, sid: int, state: int, t_ns: int, lo_ns: Optional[int] = None) -> Stack:
         frames = c.resolver.stack(sid, t_ns, lo_ns)
@@ -220,7 +259,9 @@ class SamplePass:
         """The stack has a Ruby frame whose ISeq no name could be proven for: `(unknown ISeq 0x...)`."""
         u = self._unnamed.get(stack.id)
         if u is None:
-            u = self._unnamed[stack.id] = any(f.label.startswith(UNKNOWN_ISEQ_PREFIX) for f in stack.frames)
+            frames = stack.frames if not isinstance(stack, CompactStack) else \
+                map(stack.table.__getitem__, set(memoryview(stack.data).cast(stack.code)))   # its distinct frames
+            u = self._unnamed[stack.id] = any(f.label.startswith(UNKNOWN_ISEQ_PREFIX) for f in frames)
         return u
 
     def thread(self, serial: int) -> Thread:
@@ -299,6 +340,8 @@ class SamplePass:
     def run(self, reporter, progress: Optional[Progress] = None) -> None:
         if getattr(reporter, "wants_idle", False):
             self.idle = True
+        if getattr(reporter, "compact_stacks", False):
+            self.use_compact_stacks()
         self._type_setup(reporter)
         if self.uses_spans(reporter):
             self._by_unit(reporter, progress)
@@ -389,11 +432,17 @@ class SamplePass:
 
         unnamed = self._unnamed
         threads_of: Dict[int, Thread] = {}
+        # a reporter that keeps each sample's time but not their order across (thread, stack, state)
+        # takes a batch's samples grouped by it (one call a group, not a sample)
+        add_times = getattr(reporter, "add_times", None) if plain else None
 
         def on_batch(c, base, dts, threads, stacks, sts, wins, w, vals):
             self.samples_in += len(dts)
             if progress is not None:
                 progress.update(len(dts))
+            if add_times is not None and dts and (not c.ambiguous or c.ambiguous.isdisjoint(stacks)) \
+                    and lo_v <= base + min(dts) and base + max(dts) <= hi_v:
+                return self._grouped(c, base, dts, threads, stacks, sts, add_times, threads_of)
             out = 0
             n_unnamed = 0
             amb, cache, pbase = c.ambiguous, c.by_sid, c.base
@@ -433,6 +482,35 @@ class SamplePass:
             self.samples_unnamed += n_unnamed
 
         self.source.iter_samples(self._samples(on_batch), windows=True, proc=None, values=True)
+
+    def _grouped(self, c, base, dts, threads, stacks, sts, add_times, threads_of) -> None:
+        """_timeline's batch, for a reporter with add_times(thread, stack, state, base, dts): the
+        same samples, filtered and named alike, one call per (thread, stack, state) with the times
+        of its samples (base + each dt). Only for a batch no time filter cuts and with no stack
+        named by time (every sample of a group then has one name)."""
+        groups: Dict[tuple, list] = defaultdict(list)
+        for key, dt in zip(zip(threads, stacks, sts), dts):
+            groups[key].append(dt)
+        idle, allowed, only, pbase = self.idle, self.allowed, self.only_states, c.base
+        states = self.o.states
+        out = n_unnamed = 0
+        for (th, sid, st), times in groups.items():
+            if (st == STATE_BLOCKED and not idle) or (only is not None and st not in only):
+                continue
+            if pbase:
+                th |= pbase
+            if allowed is not None and th not in allowed:
+                continue
+            stack = c.by_sid.get((sid, st if states else -1)) or self.stack(c, sid, st, base)
+            tobj = threads_of.get(th)
+            if tobj is None:
+                tobj = threads_of[th] = self.thread(th)
+            add_times(tobj, stack, st, base, times)
+            out += len(times)
+            if self.has_unnamed(stack):
+                n_unnamed += len(times)
+        self.samples_out += out
+        self.samples_unnamed += n_unnamed
 
     def _by_unit(self, reporter, progress) -> None:
         """Either pass, with each sample's unit of work (its span's outermost span): filtered by

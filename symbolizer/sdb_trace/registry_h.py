@@ -6,7 +6,7 @@ tests/unit/test_registry_decls_generated.py fails while this file differs from w
 generates. docs/registry-format.md says what each one means."""
 
 SDB_REGISTRY_MAGIC = 'SDBREG\x00\x00'
-SDB_REGISTRY_VERSION = 3
+SDB_REGISTRY_VERSION = 4
 SDB_REGISTRY_PREFIX = '/dev/shm/sdb-'
 SDB_DEFAULT_SLOTS = 1024
 SDB_NAME_MAX = 64
@@ -25,6 +25,11 @@ SDB_SPAN_EVENTS = 4096
 SDB_STRINGS_SIZE = 65536
 SDB_STRING_MAX = 1024
 SDB_REQUEST_ID_MAX = 64
+SDB_TRACE_ID_AT = 0
+SDB_TRACE_ID_LEN = 16
+SDB_TRACE_SPAN_AT = 16
+SDB_TRACE_SPAN_LEN = 8
+SDB_SERVICE_MAX = 128
 SDB_SPAN_BEGIN = 1
 SDB_SPAN_END = 2
 SDB_KIND_REQUEST = 1

@@ -251,9 +251,25 @@ SPAN_BEGIN, SPAN_END = SDB_SPAN_BEGIN, SDB_SPAN_END       # the registry's span 
 SPAN_KINDS = {SDB_KIND_REQUEST: "request", SDB_KIND_JOB: "job", SDB_KIND_LABEL: "label"}
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
+def _id_column(where: str, rec: dict, key: str, n: int, digits: int) -> list:
+    """A spans record's trace_id or span_id column: n entries, each None or `digits` lowercase hex
+    digits (absent in traces of older sidecars, and in records without a traced span: all None)."""
+    col = rec.get(key)
+    if col is None:
+        return [None] * n
+    if (type(col) is not list or len(col) != n
+            or not all(v is None or type(v) is str and len(v) == digits and _HEX.issuperset(v) for v in col)):
+        raise Corrupt(f"{where}: corrupt spans record ({key} is not a column of {digits}-digit hex ids)")
+    return col
+
+
 def _spans(where: str, tables: "Tables", rec: dict) -> None:
     """A spans record into tables.spans: serial -> {"span", "parent", "thread", "kind", "begin_ns",
-    "end_ns", "endpoint", "status", "request_id"} (None where the trace has no record of it)."""
+    "end_ns", "endpoint", "status", "request_id", "trace_id", "span_id"} (None where the trace has no
+    record of it)."""
     try:
         what, span, parent, thread, at_ns, kind, status = (int_column(rec, c, "Q") for c in
                                                            ("what", "span", "parent", "thread", "at_ns", "kind",
@@ -266,13 +282,17 @@ def _spans(where: str, tables: "Tables", rec: dict) -> None:
             or type(endpoint) is not list or type(request_id) is not list or len(endpoint) != n
             or len(request_id) != n or not all(v is None or type(v) is str for v in endpoint + request_id)):
         raise Corrupt(f"{where}: corrupt spans record (columns of different lengths or types)")
+    trace_id, span_id = _id_column(where, rec, "trace_id", n, 32), _id_column(where, rec, "span_id", n, 16)
     for i in range(n):
         sp = tables.spans.get(span[i])
         if sp is None:
             sp = tables.spans[span[i]] = {"span": span[i], "parent": 0, "thread": 0, "kind": 0, "begin_ns": None,
-                                          "end_ns": None, "endpoint": None, "status": 0, "request_id": None}
+                                          "end_ns": None, "endpoint": None, "status": 0, "request_id": None,
+                                          "trace_id": None, "span_id": None}
         if what[i] == SPAN_BEGIN:
             sp.update(parent=parent[i], thread=thread[i], kind=kind[i], begin_ns=at_ns[i])
+            if trace_id[i] is not None and span_id[i] is not None:     # a link needs both
+                sp.update(trace_id=trace_id[i], span_id=span_id[i])
             if endpoint[i] is not None and sp["endpoint"] is None:
                 sp["endpoint"] = endpoint[i]
         elif what[i] == SPAN_END:
@@ -288,9 +308,10 @@ def _stacks(where: str, tables: "Tables", rec: dict) -> None:
     if type(stacks) is not list:
         raise Corrupt(f"{where}: corrupt stacks record ('stacks' is {_kind(stacks)}, expected a list)")
     nframes = len(tables.frame_kind)
+    code = "H" if nframes <= 1 << 16 else "I"   # 2 or 4 bytes a frame: deep stacks stay small
     for st in stacks:
         try:
-            ids = array("I", st) if type(st) is list else None   # 4 bytes a frame: deep stacks stay small
+            ids = array(code, st) if type(st) is list else None   # an id past the type: not defined
         except (TypeError, OverflowError):
             ids = None
         if ids is None or (ids and max(ids) >= nframes):

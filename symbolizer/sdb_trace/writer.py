@@ -113,7 +113,7 @@ class TraceWriter:
         from when it is recorded. A later one for the same `proc` updates it (a new process title)."""
         rec = {"t": "process", "proc": proc, "pid": pid, "ppid": ppid, "parent": parent, "command": command,
                "at_ns": at_ns}
-        rec.update(extra)
+        rec.update((k, v) for k, v in extra.items() if v is not None)    # None: not known, key left out
         self._write(rec)
 
     def process_end(self, proc: int, at_ns: int, reason: str, **counts) -> None:
@@ -176,9 +176,13 @@ class TraceWriter:
 
     def spans(self, what: List[int], span: List[int], parent: List[int], thread: List[int], at_ns: List[int],
               kind: List[int], endpoint: List[Optional[str]], status: List[int],
-              request_id: List[Optional[str]]) -> None:
-        self._write({"t": "spans", "what": what, "span": span, "parent": parent, "thread": thread, "at_ns": at_ns,
-                     "kind": kind, "endpoint": endpoint, "status": status, "request_id": request_id})
+              request_id: List[Optional[str]], trace_id: Optional[List[Optional[str]]] = None,
+              span_id: Optional[List[Optional[str]]] = None) -> None:
+        rec = {"t": "spans", "what": what, "span": span, "parent": parent, "thread": thread, "at_ns": at_ns,
+               "kind": kind, "endpoint": endpoint, "status": status, "request_id": request_id}
+        if trace_id and any(t is not None for t in trace_id):    # only a record with a traced span has them
+            rec["trace_id"], rec["span_id"] = trace_id, span_id
+        self._write(rec)
 
     def ebpf_pause(self, at_ns: int, rate: int, backoff_s: float) -> None:
         self._write({"t": "ebpf_pause", "at_ns": at_ns, "rate": rate, "backoff_s": backoff_s})

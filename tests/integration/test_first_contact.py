@@ -3,6 +3,7 @@ milliseconds (sampling does not wait for eBPF to compile), every frame of it nam
 two processes of the same Ruby each get eBPF naming; the end record counts what stayed unnamed."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -43,22 +44,25 @@ def unnamed_samples(trace_path, start_ns: int = 0, end_ns: int = 1 << 63) -> lis
     return out
 
 
-def unnamed_story(trace) -> dict:
-    """What a failure needs to say why a frame went unnamed: when eBPF and the in-context reads came
-    (seconds from the trace's start), the names written without one (their source and time), the end
-    record's counts."""
+def unnamed_story(trace) -> str:
+    """What a failure needs to say why a frame went unnamed, whole (a string: pytest shortens a
+    dict's repr): when eBPF and the in-context reads came (seconds from the trace's start), every
+    name record of each address written (unknown) once (source, time), the end record's counts."""
     h = trace.header["start_mono_ns"]
     rel = lambda ns: round((ns - h) / 1e9, 4)       # noqa: E731
-    return {"ebpf_attached": [rel(r["at_ns"]) for r in trace.records if r["t"] == "ebpf_attached"],
-            "pauses": [(r["t"], rel(r["at_ns"])) for r in trace.records if r["t"] in ("ebpf_pause", "ebpf_resume")],
-            "in_context_since": rel(trace.end.get("in_context_since_ns") or h),
-            "unknown_iseqs": [(hex(r["addr"]), r.get("source"), rel(r["at_ns"])) for r in trace.records
-                              if r["t"] == "iseq" and r.get("label") == "(unknown)"],
-            "unnamed_methods": [(hex(r["me"]), r.get("source"), rel(r.get("at_ns", h))) for r in trace.records
-                                if r["t"] == "method" and not r.get("name")],
-            "end": {k: trace.end.get(k) for k in ("unnamed", "symbol_errors", "names_superseded", "names_unproven",
-                                                   "torn", "in_context", "samples", "reason")},
-            "end_s": rel(trace.end["at_ns"])}
+    unknown = {r["addr"] for r in trace.records if r["t"] == "iseq" and r.get("label") == "(unknown)"}
+    return json.dumps({
+        "ebpf_attached": [rel(r["at_ns"]) for r in trace.records if r["t"] == "ebpf_attached"],
+        "pauses": [(r["t"], rel(r["at_ns"])) for r in trace.records if r["t"] in ("ebpf_pause", "ebpf_resume")],
+        "in_context_since": rel(trace.end.get("in_context_since_ns") or h),
+        "unknown_iseqs": {hex(a): [(r.get("label"), r.get("source"), rel(r["at_ns"])) for r in trace.records
+                                   if r["t"] == "iseq" and r["addr"] == a] for a in sorted(unknown)},
+        "unnamed_methods": [(hex(r["me"]), r.get("source"), rel(r.get("at_ns", h))) for r in trace.records
+                            if r["t"] == "method" and not r.get("name")],
+        "end": {k: trace.end.get(k) for k in ("unnamed", "renamed", "symbol_errors", "names_superseded",
+                                               "names_unproven", "names_read_in_sweep", "torn", "in_context",
+                                               "samples", "late", "missed", "reason")},
+        "end_s": rel(trace.end["at_ns"])})
 
 
 @pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")
@@ -82,7 +86,8 @@ def test_record_samples_a_one_second_program_from_its_start_every_frame_named(tm
     assert len(ours) >= 0.9 * expected, (len(ours), expected, trace.end)
     # AND every frame of every sample taken while it ran is named (what it calls after its last line,
     # on its way out, may be gone before it can be read: the end record counts it)
-    assert unnamed_samples(trace.path, start, end) == [], unnamed_story(trace)
+    unnamed = unnamed_samples(trace.path, start, end)
+    assert not unnamed, f"{len(unnamed)} samples unnamed, the first: {unnamed[0]}; {unnamed_story(trace)}"
     assert set(trace.end["unnamed"]) == {"iseqs", "methods"}
 
 
@@ -103,7 +108,8 @@ def test_short_recordings_name_every_frame(tmp_path, ruby_target, sidecar_proces
     for path, window in ((trace.path, (start, end)), (attached, (0, 1 << 63))):
         t = read_trace(path)
         assert t.end["samples"] > 0
-        assert unnamed_samples(path, *window) == [], (path, unnamed_story(read_trace(path)))
+        unnamed = unnamed_samples(path, *window)
+        assert not unnamed, f"{len(unnamed)} samples unnamed in {path}, the first: {unnamed[0]}; {unnamed_story(t)}"
         if path == attached:
             assert t.end["unnamed"] == {"iseqs": 0, "methods": 0}, t.end
         labels = {lbl for row in t.stack_labels for lbl in row if lbl}

@@ -80,9 +80,12 @@ def test_speedscope_app_draws_the_recording_with_its_frames(recording, browser_r
     # WHEN the speedscope app from npm opens it and a user picks the cruncher thread, Left Heavy
     seen = drive(mode="speedscope", url=f"{base}/app/index.html#profileURL={quote(base + '/profile.speedscope.json', safe='')}",
                  profile="format_cruncher", screenshot=str(shot))
-    # THEN it loaded one profile per thread and drew the cruncher's frames, each with its file:line
+    # THEN it loaded every profile of the file (one per thread of the `wall` type, one per thread that
+    # ran of the `cpu` type) and drew the cruncher's frames, each with its file:line
+    written = [p["name"] for p in json.loads((root / "profile.speedscope.json").read_text())["profiles"]]
+    assert sum(name.endswith(" [wall]") for name in written) == len(trace.threads), written
     assert seen["console_errors"] == []
-    assert seen["profiles"] == len(trace.threads), seen
+    assert seen["profiles"] == len(written), seen
     assert "format_cruncher" in seen["header"], seen
     assert seen["canvases"] >= 1
     tips = seen["hovered"]

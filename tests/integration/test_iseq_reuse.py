@@ -78,11 +78,12 @@ def record_churn(ruby_target, sidecar_process, tmp_path, *args, until_reused: st
     return trace, rounds
 
 
-def check_names(trace, rounds, prefix: str, unnamed: list = None) -> dict:
+def check_names(trace, rounds, prefix: str, unnamed: list = None, at_least: int = None) -> dict:
     """Every sample whose frames were copied inside a round (the whole window between the earliest
     moment of the copy and the sample's time: a sidecar preempted after the copy stamps a later time)
     names its method right (resolved over that window), and no Ruby frame of those samples is
-    unnamed (with `unnamed`, a list: samples with an unnamed frame are put there, not failed).
+    unnamed (with `unnamed`, a list: samples with an unnamed frame are put there, not failed); at
+    least `at_least` samples (one a round unless told) are checked.
     Returns {iseq address: set of method names sampled there}."""
     t = trace.tables
     seen_at = {}
@@ -104,7 +105,8 @@ def check_names(trace, rounds, prefix: str, unnamed: list = None) -> dict:
         assert ours[0][1] == inside[0]["name"], f"sample at {t_ns} in {inside[0]['name']} named {ours[0][1]}"
         seen_at.setdefault(ours[0][0], set()).add(ours[0][1])
         checked += 1
-    assert checked >= len(rounds), f"only {checked} samples inside {len(rounds)} rounds"
+    at_least = len(rounds) if at_least is None else at_least
+    assert checked >= at_least, f"only {checked} samples inside {len(rounds)} rounds"
     return seen_at
 
 
@@ -123,24 +125,51 @@ def test_reused_iseq_address_gets_each_name_at_its_time(ruby_target, sidecar_pro
 
 
 def test_gc_compact_during_recording_loses_no_names(ruby_target, sidecar_process, tmp_path):
-    # GIVEN methods evaluated and run, then moved by GC.compact, then run again
+    # GIVEN methods evaluated and run, then moved by a compaction that moves every movable object,
+    # then run again
     trace, rounds = record_churn(ruby_target, sidecar_process, tmp_path, "compact")
     # THEN every sample before and after the compaction names its method, none is unnamed
     check_names(trace, rounds, "sdb_moved_")
-    # AND where the Ruby build lets us probe the object mover, moves carried names over: a move
-    # record that names its ISeq has the name its source address had (a move that carries no name,
-    # "(unknown)", is an unnamed ISeq taking the place of a named one: its source may have no record)
+    half = len(rounds) // 2
+    before = addresses_of(check_names(trace, rounds[:half], "sdb_moved_", at_least=1))
+    after = addresses_of(check_names(trace, rounds[half:], "sdb_moved_", at_least=0))
+    if not after and "+YJIT" in trace.header["ruby_description"]:
+        # seen on 3.4.5 and 4.0.5 --yjit: after this compaction every sample of the thread failed the
+        # sampler's checks and was dropped (counted torn) until the program went to sleep
+        pytest.xfail(f"no sample inside the {len(rounds) - half} rounds after the compaction under YJIT "
+                     f"({trace.end['torn']} samples torn): the moves cannot be checked")
+    assert after, f"no sample inside the {len(rounds) - half} rounds after the compaction"
+    # AND the case happened: methods were sampled at one address before and another after (what the
+    # samples show, whatever eBPF saw)
+    assert all(len(a) == 1 for a in list(before.values()) + list(after.values())), (before, after)
+    moved = {n: (min(before[n]), min(after[n])) for n in before.keys() & after.keys() if before[n] != after[n]}
+    assert moved, f"none of the {len(before)} methods sampled before and after the compaction moved"
+    # AND where the Ruby build lets us probe the object mover, the move of every moved method carried
+    # its name from its old address to its new one; every move record that names its ISeq has the
+    # name its source address had (a move that carries no name, "(unknown)", is an unnamed ISeq
+    # taking the place of a named one: its source may have no record)
     if trace.end["ebpf"]["mover"]:
         moves = [r for r in trace.records if r["t"] == "iseq" and r["source"] == "move"
                  and r["label"] != "(unknown)"]
-        assert moves, "the mover was probed but reported no ISeq move that carried a name"
+        carried = {(m["moved_from"], m["addr"], m["label"]) for m in moves}
+        missed = {n: (hex(a), hex(b)) for n, (a, b) in moved.items() if (a, b, n) not in carried}
+        assert not missed, f"moves the mover did not report with their names: {missed}"
         by_addr = {}
         for r in trace.records:
             if r["t"] == "iseq":
                 by_addr.setdefault(r["addr"], []).append(r)
         for m in moves:
-            before = [r for r in by_addr.get(m["moved_from"], []) if r["at_ns"] <= m["at_ns"]]
-            assert before and before[-1]["label"] == m["label"], (m, before)
+            before_m = [r for r in by_addr.get(m["moved_from"], []) if r["at_ns"] <= m["at_ns"]]
+            assert before_m and before_m[-1]["label"] == m["label"], (m, before_m)
+
+
+def addresses_of(seen_at: dict) -> dict:
+    """check_names' {address: names} turned round: {name: addresses}."""
+    out = {}
+    for addr, names in seen_at.items():
+        for n in names:
+            out.setdefault(n, set()).add(addr)
+    return out
 
 
 def test_reused_addresses_are_named_right_while_the_governor_pauses_the_probes(ruby_target, sidecar_process,

@@ -11,19 +11,17 @@ import re
 import signal
 import subprocess
 import time
-import urllib.request
 from typing import Dict, List
 
 import pytest
 
-from app_servers import debian_gems_env, free_port, stop
-from conftest import REPO, SDB_RUBY, SIDECAR, process_root, run_symbolize, samples_so_far, wait_for
+from app_servers import RAILS_APP as APP, debian_gems_env, free_port, rails_up, stop
+from conftest import REPO, SDB_RUBY, SIDECAR, process_root, run_symbolize, wait_for
 from sdb_trace import iter_samples, load_tables
 from test_process_tree import processes_so_far
 
 pytestmark = pytest.mark.once       # Debian's Rails and puma load in Debian's Ruby only
 
-APP = REPO / "benchmarks" / "rails_app"
 RATE = 1000
 SHARE = 0.9                 # of the samples a request thread's time in the recording asked for, at least
 WORKER_SAMPLES = 20_000     # each worker recorded this long (~1.5 s of its 13 threads) before the checks
@@ -33,14 +31,6 @@ PUMA = [SDB_RUBY, "-S", "puma", "-C", str(APP / "config" / "puma.rb")]
 def env_for(tmp, port: int, profiler: str = "sdb") -> Dict[str, str]:
     return debian_gems_env({"APP_PROFILER": profiler, "APP_DB": str(tmp / "app.sqlite3"), "PORT": str(port),
                             "APP_THREADS": "5", "APP_WORKERS": "2"})
-
-
-def up(port: int, server: subprocess.Popen) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/up", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return server.poll() is not None    # ended: stop waiting, the caller's assert says so
 
 
 def workers_of(master: int) -> List[int]:
@@ -106,7 +96,7 @@ def test_attach_to_the_master_records_every_worker_and_the_one_forked_after_a_ki
     load = None
     sidecar = None
     try:
-        wait_for(lambda: up(port, server) and len(workers_of(server.pid)) == 2, 180, what="the app and 2 workers")
+        wait_for(lambda: rails_up(port, server) and len(workers_of(server.pid)) == 2, 180, what="the app and 2 workers")
         assert server.poll() is None, (tmp_path / "puma.log").read_text()[-2000:]
         first = workers_of(server.pid)
         load = wrk(port, 600)
@@ -166,7 +156,7 @@ def test_record_sees_the_workers_born_and_records_them_from_their_first_moments(
                                cwd=str(APP))
     load = None
     try:
-        wait_for(lambda: up(port, rec) and len(processes_so_far(trace)) == 3, 180, interval=0.5,
+        wait_for(lambda: rails_up(port, rec) and len(processes_so_far(trace)) == 3, 180, interval=0.5,
                  what="the app up and its 3 processes recorded")
         load = wrk(port, 600)
         for pid in list(processes_so_far(trace))[1:]:

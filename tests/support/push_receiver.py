@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import socket
 import subprocess
 import tempfile
@@ -103,6 +104,9 @@ def decode_pprof(raw: bytes) -> dict:
     return p
 
 
+_LABEL_KEY = re.compile(r"(?:^|(?<= ))([A-Za-z_][\w.]*):\[")
+
+
 def go_totals(path: str) -> Dict[Tuple, int]:
     """go tool pprof -raw: the first value summed per sample label set."""
     r = subprocess.run(["go", "tool", "pprof", "-raw", path], capture_output=True, text=True, timeout=120,
@@ -125,13 +129,14 @@ def go_totals(path: str) -> Dict[Tuple, int]:
             done()
             value, labels = int(head[0]), []
             continue
-        # label lines: key:[value] key:[value] ... (values hold no "]" here: names of sdb's tests)
+        # label lines: key:[value] key:[value] ...; a value may hold brackets (puma's title `... [app]`):
+        # it ends at the "]" before the next " key:[" (the names of sdb's tests hold no such text)
         rest = line.strip()
-        while rest:
-            key, _, tail = rest.partition(":[")
-            val, _, rest = tail.partition("]")
-            labels.append((key.strip(), val))
-            rest = rest.strip()
+        keys = list(_LABEL_KEY.finditer(rest))
+        for k, nxt in zip(keys, keys[1:] + [None]):
+            end = (nxt.start() if nxt is not None else len(rest))
+            val = rest[k.end():end].rstrip()
+            labels.append((k.group(1), val[:-1] if val.endswith("]") else val))
     done()
     return totals
 

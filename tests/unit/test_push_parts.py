@@ -45,14 +45,18 @@ def test_the_queue_drops_the_oldest_beyond_its_bytes_and_counts_each():
 
 def test_a_profile_over_pyroscope_s_sample_limit_is_split_not_cut():
     from sdb_symbolize.pprof import Profile
-    p = Profile()
-    p.string_table.extend(["", "samples", "count"])
-    for i in range(pyroscope.MAX_SAMPLES * 2 + 5):
-        s = p.sample.add()
-        s.value.append(i + 1)
-    parts = pyroscope.split(p)
+    from sdb_symbolize.protowire import message, packed_varints, string, uint
+    from sdb_symbolize.reporters.pprof import Encoded
+    n = pyroscope.MAX_SAMPLES * 2 + 5
+    p = Encoded(message(1, uint(1, 1) + uint(2, 2), keep=True),
+                [message(2, packed_varints(2, [i + 1]), keep=True) for i in range(n)],
+                b"".join(string(6, t, keep=True) for t in ("", "samples", "count")) + uint(9, 123))
+    parts = [Profile.FromString(x) for x in pyroscope.split(p)]
     assert len(parts) >= 3 and all(len(x.sample) <= pyroscope.MAX_SAMPLES for x in parts)
-    assert sum(v for x in parts for s in x.sample for v in s.value) == sum(range(1, len(p.sample) + 1))
+    # each part a whole profile: its own sample types, string table and time
+    assert all(list(x.string_table) == ["", "samples", "count"] and x.time_nanos == 123
+               and [(t.type, t.unit) for t in x.sample_type] == [(1, 2)] for x in parts)
+    assert sum(v for x in parts for s in x.sample for v in s.value) == sum(range(1, n + 1))
 
 
 def test_retry_after_seconds_or_date():

@@ -21,6 +21,7 @@ SECTIONS = {
     ("sdb-sidecar", "record"): ["`sdb-sidecar record`", "Recording options"],
     ("sdb-sidecar", "snapshot"): ["`sdb-sidecar snapshot`"],
     ("sdb-sidecar", "top"): ["`sdb-sidecar top`"],
+    ("sdb-sidecar", "agent"): ["`sdb-sidecar agent`"],
     ("sdb-symbolize", None): ["`sdb-symbolize`"],
 }
 OPTION = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")

@@ -22,6 +22,28 @@ sdb_tls_atfork_child(void)
 
 /* ---------- Ruby-visible (private) entry points ---------- */
 
+/* The app's service name, for the registry header: SDB_SERVICE_NAME, else OTEL_SERVICE_NAME (an empty
+ * one counts as not set, as OpenTelemetry's SDKs take it). One too long for the header is not
+ * published (a cut name could be another service's), with a warning. */
+static void
+sdb_read_service_name(void)
+{
+    const char *var = "SDB_SERVICE_NAME", *v = getenv(var);
+    size_t len;
+    if (!v || !*v) v = getenv(var = "OTEL_SERVICE_NAME");
+    memset(sdb.service_name, 0, sizeof(sdb.service_name));
+    if (!v || !*v) return;
+    len = strlen(v);
+    if (len >= sizeof(sdb.service_name)) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "sdb: %s is longer than %d bytes: the sidecar gets no service name from it",
+                 var, SDB_SERVICE_MAX - 1);
+        sdb_warn(msg);
+        return;
+    }
+    memcpy(sdb.service_name, v, len);
+}
+
 /* Sdb.__open -> nil, or a String: why sdb is disabled (to warn once). Publishes the registry,
  * checks the layout, adopts the threads alive now and installs the hooks. */
 static VALUE
@@ -42,6 +64,7 @@ sdb_open(VALUE self)
         VALUE desc = sdb_const_str("RUBY_DESCRIPTION");
         sdb_copy_cstr(sdb.ruby_description, sizeof(sdb.ruby_description), RSTRING_PTR(desc), RSTRING_LEN(desc));
     }
+    sdb_read_service_name();
     if (!sdb.free_stack) sdb_slots_alloc(sdb_slot_count_from_env());
     if ((reason = sdb_file_create(getpid(), sdb_proc_start_ticks(), why, sizeof(why))) != NULL)
         return rb_str_new_cstr(reason);
@@ -155,7 +178,8 @@ Init_sdb_ext(void)
     {
         VALUE spans = rb_define_module_under(mSdb, "Spans");
         rb_define_singleton_method(spans, "current", sdb_spans_current, 0);
-        rb_define_singleton_method(spans, "open", sdb_spans_open, 2);
+        rb_define_singleton_method(spans, "open", sdb_spans_open, -1);
+        rb_define_singleton_method(spans, "trace_ids", sdb_spans_trace_ids, -1);
         rb_define_singleton_method(spans, "close", sdb_spans_close, 5);
         rb_define_const(mSdb, "KIND_REQUEST", INT2FIX(SDB_KIND_REQUEST));
         rb_define_const(mSdb, "KIND_JOB", INT2FIX(SDB_KIND_JOB));

@@ -280,6 +280,7 @@ sdb_header_init(struct sdb_header *h, pid_t pid, uint64_t start_ticks)
     h->strings_size = SDB_STRINGS_SIZE;
     memcpy(h->ruby_version, sdb.ruby_version, sizeof(h->ruby_version));
     memcpy(h->ruby_description, sdb.ruby_description, sizeof(h->ruby_description));
+    memcpy(h->service_name, sdb.service_name, sizeof(h->service_name));
 }
 
 /* Creates `path` (O_EXCL, 0600), sizes and maps it. No fd is kept: the mapping holds the file.

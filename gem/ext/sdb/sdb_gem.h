@@ -110,6 +110,7 @@ struct sdb_state {
     struct sdb_layout layout;
     char layout_name[16]; /* the row in use (a fork child publishes the same) */
     char ruby_version[32], ruby_description[160]; /* for the header (a fork child's too) */
+    char service_name[SDB_SERVICE_MAX]; /* for the header (a fork child's too): read at require */
     char path[64];
     uint64_t fork_boot_ns; /* CLOCK_BOOTTIME just before the last fork (sdb_child_start_ticks) */
     long clk_tck;          /* sysconf(_SC_CLK_TCK): the unit of /proc/<pid>/stat's starttime */
@@ -213,7 +214,8 @@ SDB_INTERNAL void sdb_thread_event(rb_event_flag_t event, const rb_internal_thre
 /* sdb_methods.c: the methods sdb takes over, units of work */
 SDB_INTERNAL VALUE sdb_spans_close(VALUE self, VALUE span, VALUE parent, VALUE endpoint, VALUE request_id, VALUE status);
 SDB_INTERNAL VALUE sdb_spans_current(VALUE self);
-SDB_INTERNAL VALUE sdb_spans_open(VALUE self, VALUE kind, VALUE endpoint);
+SDB_INTERNAL VALUE sdb_spans_open(int argc, VALUE *argv, VALUE self);
+SDB_INTERNAL VALUE sdb_spans_trace_ids(int argc, VALUE *argv, VALUE self);
 SDB_INTERNAL const char * sdb_take_over_methods(void);
 
 #endif /* SDB_GEM_H */

@@ -183,9 +183,100 @@ sdb_intern(VALUE str)
     return id;
 }
 
+/* ---------- trace context: a request's W3C trace id and span id ----------
+ * From the `traceparent` header (W3C Trace Context, level 1, version 00), strictly: exactly
+ * "00-" 32 lowercase hex "-" 16 lowercase hex "-" 2 lowercase hex, 55 bytes; a trace id or parent
+ * id of all zeros, another version, upper case, a space or a longer value (two headers joined) gives
+ * none: an id is never guessed. Reads the String's bytes in place: nothing is allocated. */
+static int
+sdb_hex_nibble(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* `n` bytes from 2n lowercase hex chars at `src`; 0 if one is not lowercase hex, or all are zero. */
+static int
+sdb_hex_bytes(const char *src, uint8_t *out, size_t n)
+{
+    size_t i;
+    uint8_t any = 0;
+    for (i = 0; i < n; i++) {
+        int hi = sdb_hex_nibble(src[2 * i]), lo = sdb_hex_nibble(src[2 * i + 1]);
+        if (hi < 0 || lo < 0) return 0;
+        out[i] = (uint8_t)(hi << 4 | lo);
+        any |= out[i];
+    }
+    return any != 0;
+}
+
+#define SDB_TRACEPARENT_LEN 55
+
+/* 1 and the ids in trace[16], span[8] when `p` (len bytes) is a valid version-00 traceparent, else 0. */
+static int
+sdb_parse_traceparent(const char *p, long len, uint8_t *trace, uint8_t *span)
+{
+    if (len != SDB_TRACEPARENT_LEN || p[0] != '0' || p[1] != '0' || p[2] != '-' || p[35] != '-' || p[52] != '-')
+        return 0;
+    if (sdb_hex_nibble(p[53]) < 0 || sdb_hex_nibble(p[54]) < 0) return 0;   /* flags: any value, but hex */
+    return sdb_hex_bytes(p + 3, trace, SDB_TRACE_ID_LEN) && sdb_hex_bytes(p + 36, span, SDB_TRACE_SPAN_LEN);
+}
+
+/* The ids of (trace, span_id) as Spans.open takes them, into ids[24] (zeros: none): span_id nil ->
+ * `trace` is a traceparent header value; span_id a String -> `trace` and `span_id` are an
+ * OpenTelemetry SpanContext's binary ids (16 and 8 bytes, not all zero). */
+static void
+sdb_trace_ids(VALUE trace, VALUE span_id, uint8_t *ids)
+{
+    uint8_t t[SDB_TRACE_ID_LEN], s[SDB_TRACE_SPAN_LEN], any_t = 0, any_s = 0;
+    int i;
+    memset(ids, 0, SDB_TRACE_ID_LEN + SDB_TRACE_SPAN_LEN);
+    if (!RB_TYPE_P(trace, T_STRING)) return;
+    if (NIL_P(span_id)) {
+        if (!sdb_parse_traceparent(RSTRING_PTR(trace), RSTRING_LEN(trace), t, s)) return;
+    }
+    else {
+        if (!RB_TYPE_P(span_id, T_STRING) || RSTRING_LEN(trace) != SDB_TRACE_ID_LEN ||
+            RSTRING_LEN(span_id) != SDB_TRACE_SPAN_LEN)
+            return;
+        memcpy(t, RSTRING_PTR(trace), SDB_TRACE_ID_LEN);
+        memcpy(s, RSTRING_PTR(span_id), SDB_TRACE_SPAN_LEN);
+        for (i = 0; i < SDB_TRACE_ID_LEN; i++) any_t |= t[i];
+        for (i = 0; i < SDB_TRACE_SPAN_LEN; i++) any_s |= s[i];
+        if (!any_t || !any_s) return;
+    }
+    memcpy(ids + SDB_TRACE_ID_AT, t, SDB_TRACE_ID_LEN);
+    memcpy(ids + SDB_TRACE_SPAN_AT, s, SDB_TRACE_SPAN_LEN);
+}
+
+/* Sdb::Spans.trace_ids(trace, span_id = nil) -> [trace_id_hex, span_id_hex] or nil: what
+ * Spans.open would publish for these arguments (for the gem's tests; the middleware never calls it). */
+VALUE
+sdb_spans_trace_ids(int argc, VALUE *argv, VALUE self)
+{
+    uint8_t ids[SDB_TRACE_ID_LEN + SDB_TRACE_SPAN_LEN];
+    char hex[2 * sizeof(ids)];
+    size_t i;
+    (void)self;
+    rb_check_arity(argc, 1, 2);
+    sdb_trace_ids(argv[0], argc > 1 ? argv[1] : Qnil, ids);
+    for (i = 0; i < sizeof(ids); i++) {
+        if (ids[i]) break;
+    }
+    if (i == sizeof(ids)) return Qnil;
+    for (i = 0; i < sizeof(ids); i++) {
+        hex[2 * i] = "0123456789abcdef"[ids[i] >> 4];
+        hex[2 * i + 1] = "0123456789abcdef"[ids[i] & 15];
+    }
+    return rb_ary_new_from_args(2, rb_str_new(hex + 2 * SDB_TRACE_ID_AT, 2 * SDB_TRACE_ID_LEN),
+                                rb_str_new(hex + 2 * SDB_TRACE_SPAN_AT, 2 * SDB_TRACE_SPAN_LEN));
+}
+
+/* `ids`: a begin's trace context (SDB_TRACE_*), NULL: an end (request_id). */
 static void
 sdb_span_write(uint32_t what, uint32_t kind, uint64_t span, uint64_t parent, uint64_t thread_serial,
-               uint32_t endpoint, uint32_t status, VALUE request_id)
+               uint32_t endpoint, uint32_t status, VALUE request_id, const uint8_t *ids)
 {
     uint64_t i = sdb.hdr->span_head;
     struct sdb_span_event *e = &sdb.spans[i & (SDB_SPAN_EVENTS - 1)];
@@ -199,7 +290,11 @@ sdb_span_write(uint32_t what, uint32_t kind, uint64_t span, uint64_t parent, uin
     e->kind = kind;
     e->endpoint = endpoint;
     e->status = status;
-    if (RB_TYPE_P(request_id, T_STRING) && RSTRING_LEN(request_id) < SDB_REQUEST_ID_MAX &&
+    if (ids) {
+        memset(e->request_id, 0, SDB_REQUEST_ID_MAX);
+        memcpy(e->request_id, ids, SDB_TRACE_ID_LEN + SDB_TRACE_SPAN_LEN);
+    }
+    else if (RB_TYPE_P(request_id, T_STRING) && RSTRING_LEN(request_id) < SDB_REQUEST_ID_MAX &&
         !memchr(RSTRING_PTR(request_id), 0, (size_t)RSTRING_LEN(request_id))) {
         memcpy(e->request_id, RSTRING_PTR(request_id), (size_t)RSTRING_LEN(request_id));
         memset(e->request_id + RSTRING_LEN(request_id), 0, SDB_REQUEST_ID_MAX - (size_t)RSTRING_LEN(request_id));
@@ -225,22 +320,29 @@ sdb_spans_current(VALUE self)
     return ULL2NUM(s->span);
 }
 
-/* Sdb::Spans.open(kind, endpoint or nil) -> the new span's serial (0: sdb is off). The thread's
- * slot names it from now on, for stacks read on this fiber. */
+/* Sdb::Spans.open(kind, endpoint or nil, trace = nil, span_id = nil) -> the new span's serial (0:
+ * sdb is off). The thread's slot names it from now on, for stacks read on this fiber. trace and
+ * span_id: the span's trace context (sdb_trace_ids), published with its begin. */
 VALUE
-sdb_spans_open(VALUE self, VALUE kind, VALUE endpoint)
+sdb_spans_open(int argc, VALUE *argv, VALUE self)
 {
     uint64_t th, span, parent = 0, ec;
     struct sdb_slot *s;
+    VALUE kind, endpoint;
+    uint8_t ids[SDB_TRACE_ID_LEN + SDB_TRACE_SPAN_LEN];
     (void)self;
+    rb_check_arity(argc, 2, 4);
+    kind = argv[0];
+    endpoint = argv[1];
     if (!sdb.enabled || !sdb.hdr) return INT2FIX(0);
+    sdb_trace_ids(argc > 2 ? argv[2] : Qnil, argc > 3 ? argv[3] : Qnil, ids);
     th = sdb_thread_ptr(rb_thread_current());
     ec = sdb_current_ec(th);
     s = sdb_slot_of(th);
     span = sdb.next_span++;
     if (s && s->span_ec == ec) parent = s->span;
     sdb_span_write(SDB_SPAN_BEGIN, FIXNUM_P(kind) ? (uint32_t)FIX2LONG(kind) : 0, span, parent,
-                   s ? s->serial : 0, sdb_intern(endpoint), 0, Qnil);
+                   s ? s->serial : 0, sdb_intern(endpoint), 0, Qnil, ids);
     if (s) {
         __atomic_store_n(&s->span, 0, __ATOMIC_RELEASE); /* never a moment with the new ec and the old span */
         __atomic_store_n(&s->span_ec, ec, __ATOMIC_RELEASE);
@@ -263,6 +365,6 @@ sdb_spans_close(VALUE self, VALUE span, VALUE parent, VALUE endpoint, VALUE requ
     s = sdb_slot_of(th);
     if (s && s->span == sp) __atomic_store_n(&s->span, par, __ATOMIC_RELEASE);
     sdb_span_write(SDB_SPAN_END, 0, sp, par, s ? s->serial : 0, sdb_intern(endpoint),
-                   FIXNUM_P(status) ? (uint32_t)FIX2LONG(status) : 0, request_id);
+                   FIXNUM_P(status) ? (uint32_t)FIX2LONG(status) : 0, request_id, NULL);
     return Qnil;
 }

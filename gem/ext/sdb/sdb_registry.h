@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define SDB_REGISTRY_MAGIC "SDBREG\0\0" /* 8 bytes */
-#define SDB_REGISTRY_VERSION 3
+#define SDB_REGISTRY_VERSION 4
 #define SDB_REGISTRY_PREFIX "/dev/shm/sdb-"
 #define SDB_DEFAULT_SLOTS 1024
 #define SDB_NAME_MAX 64
@@ -56,6 +56,14 @@
 #define SDB_STRINGS_SIZE 65536 /* string table bytes */
 #define SDB_STRING_MAX 1024    /* a longer endpoint is not interned (it would have to be cut) */
 #define SDB_REQUEST_ID_MAX 64  /* request_id bytes, NUL included: a longer id is not kept */
+/* A begin event's request_id bytes hold the span's trace context instead (an end's hold the request
+ * id): the W3C trace id (16 bytes) at SDB_TRACE_ID_AT, then the span id (8 bytes) at
+ * SDB_TRACE_SPAN_AT, binary; all zero: none (W3C Trace Context: an all-zero id is invalid). */
+#define SDB_TRACE_ID_AT 0
+#define SDB_TRACE_ID_LEN 16
+#define SDB_TRACE_SPAN_AT 16
+#define SDB_TRACE_SPAN_LEN 8
+#define SDB_SERVICE_MAX 128    /* service_name bytes, NUL included: a longer name is not published */
 /* sdb_span_event.what */
 #define SDB_SPAN_BEGIN 1
 #define SDB_SPAN_END 2
@@ -312,7 +320,8 @@ struct sdb_span_event {
     uint32_t kind;           /* SDB_KIND_* */
     uint32_t endpoint;       /* string id: offset + 1 of its entry in the string table; 0: none */
     uint32_t status;         /* end: the HTTP status; a job: 0 done, 1 raised; 0: unknown */
-    char request_id[SDB_REQUEST_ID_MAX]; /* end: NUL-terminated; empty: none */
+    char request_id[SDB_REQUEST_ID_MAX]; /* end: NUL-terminated; empty: none. begin: the trace
+                             * context (SDB_TRACE_ID_AT, SDB_TRACE_SPAN_AT), zeros: none */
     uint64_t reserved;
 };
 
@@ -343,6 +352,9 @@ struct sdb_header {
     uint64_t span_head;       /* events written so far */
     uint32_t strings_used;    /* bytes of the table in use: stored (release) after an entry is complete */
     uint32_t strings_refused; /* endpoints not interned (table full, or longer than SDB_STRING_MAX) */
+    /* the app's service name (version 4): SDB_SERVICE_NAME, else OTEL_SERVICE_NAME, read at require;
+     * NUL-terminated; empty: none given (or longer than SDB_SERVICE_MAX - 1 bytes: never cut) */
+    char service_name[SDB_SERVICE_MAX];
 };
 
 #endif /* SDB_REGISTRY_H */

@@ -13,6 +13,11 @@ module Sdb
   #   paths hold ids, and one endpoint per id would be no grouping at all.
   # The request id is Rails' (ActionDispatch::RequestId) or the X-Request-Id header, when either
   # is a string shorter than 64 bytes; the status is the response's (500 if the app raised).
+  # The trace context (the span's trace id and span id, for trace-to-profile links) is taken when
+  # the request begins: OpenTelemetry's current span when the app runs OpenTelemetry and one is
+  # active here (its server span, when OpenTelemetry's Rack middleware runs before this one), else
+  # the W3C `traceparent` header (its parent id: the caller's span), parsed strictly in C
+  # (Spans.open); anything else gives none. Neither way allocates.
   class Middleware
     NO_ROUTE = Hash.new { |h, m| h[m] = "#{m} (no route)".freeze }
     NAMES_MAX = 10_000      # controller/action names kept: beyond, they are built per request
@@ -25,7 +30,12 @@ module Sdb
 
     def call(env)
       parent = Spans.current
-      span = Spans.open(KIND_REQUEST, nil)
+      context = otel_context if defined?(::OpenTelemetry::Trace)
+      span = if context
+               Spans.open(KIND_REQUEST, nil, context.trace_id, context.span_id)
+             else
+               Spans.open(KIND_REQUEST, nil, env["HTTP_TRACEPARENT"])
+             end
       response = nil
       begin
         response = @app.call(env)
@@ -35,6 +45,16 @@ module Sdb
     end
 
     private
+
+    # The current OpenTelemetry span's SpanContext when it is a valid one (its binary ids: the hex
+    # ones would be Strings made per request), else nil. Never raises into the request.
+    def otel_context
+      return nil unless ::OpenTelemetry::Trace.respond_to?(:current_span)
+      context = ::OpenTelemetry::Trace.current_span.context
+      context if context.valid?
+    rescue StandardError
+      nil
+    end
 
     # Never raises: what the app returns or raises reaches the server unchanged.
     def close(span, parent, env, response)

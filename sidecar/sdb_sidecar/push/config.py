@@ -58,7 +58,8 @@ def destination(text: str) -> Destination:
     return Destination(kind, url.rstrip("/"))
 
 
-def add_push_arguments(p: argparse.ArgumentParser) -> None:
+def add_push_arguments(p: argparse.ArgumentParser, service: bool = True) -> None:
+    """The --push options (service False: no --service, the agent's processes each name their own)."""
     from ..commands.common import positive_float
     g = p.add_argument_group("pushing profiles while recording")
     g.add_argument("--push", action="append", default=[], metavar="KIND=URL",
@@ -68,8 +69,9 @@ def add_push_arguments(p: argparse.ArgumentParser) -> None:
                         "$SDB_PUSH_BASIC_AUTH (user:password), or --push-auth-file")
     g.add_argument("--push-interval", type=positive_float, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
                    help=f"seconds of samples in each pushed profile (default {DEFAULT_INTERVAL_S:g}, at least 1)")
-    g.add_argument("--service", metavar="NAME", help="the service name pushed profiles carry (default: the "
-                                                     "process's program name)")
+    if service:
+        g.add_argument("--service", metavar="NAME", help="the service name pushed profiles carry (default: the "
+                                                         "process's program name)")
     g.add_argument("--push-ca", metavar="FILE", help="CA certificates (PEM) for https:// (default: the system's)")
     g.add_argument("--push-auth-file", metavar="FILE",
                    help=f"a file of KEY=VALUE lines: {TOKEN_ENV}=TOKEN or {BASIC_ENV}=USER:PASSWORD, "
@@ -139,14 +141,15 @@ def push_config(args) -> Optional[PushConfig]:
         raise SdbError(f"--push-interval {args.push_interval:g}: at least 1 second", Exit.USAGE)
     if args.push_ca is not None and not os.access(args.push_ca, os.R_OK):
         raise SdbError(f"--push-ca {args.push_ca}: cannot read it", Exit.USAGE)
-    if args.service is not None and not args.service.strip():
+    service = getattr(args, "service", None)
+    if service is not None and not service.strip():
         raise SdbError("--service: empty name", Exit.USAGE)
     if any(d.kind == "otlp" for d in destinations):
         from .otlp import available
         if not available():
             raise SdbError("--push otlp=...: this sdb's symbolizer has no otlp format", Exit.USAGE)
     env = _read_auth_file(args.push_auth_file) if args.push_auth_file else dict(os.environ)
-    return PushConfig(destinations=destinations, interval_s=args.push_interval, service=args.service,
+    return PushConfig(destinations=destinations, interval_s=args.push_interval, service=service,
                       ca_file=args.push_ca, queue_bytes=int(args.push_queue * (1 << 20)),
                       headers=auth_headers(env, args.push_tenant), ingest=args.push_ingest,
                       timeout_s=args.push_timeout)

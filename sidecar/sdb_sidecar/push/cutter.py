@@ -56,13 +56,14 @@ class Interval:
     end_wall_ns: int                # the last sample's moment plus one tick period
     header: dict
     render: Callable[..., bytes]
+    collect: Callable[..., object]  # (fmt, **options) -> the format's reporter after the sample pass, unrendered
 
 
 class _File:
     """One trace file's stream: its records decoded as they come, into a MemoryTrace that keeps the
     samples of the current interval only."""
 
-    def __init__(self):
+    def __init__(self, grid: Optional[Tuple[int, int]] = None):
         self.unpacker = msgpack.Unpacker(raw=False, unicode_errors="replace", strict_map_key=False)
         self.trace: Optional[MemoryTrace] = None
         self.header: dict = {}
@@ -70,14 +71,28 @@ class _File:
         self.lo: Optional[int] = None
         self.hi: Optional[int] = None
         self.samples = 0
+        self.names = None                   # the stacks named so far (sdb_symbolize's KeptNames)
+        self.grid = grid                    # (origin, length) of the intervals, monotonic ns; None: no grid
+        self.k: Optional[int] = None        # the grid interval the samples kept now belong to
 
-    def feed(self, data: bytes) -> None:
+    def interval_of(self, mono_ns: int) -> Optional[int]:
+        return None if self.grid is None else (mono_ns - self.grid[0]) // self.grid[1]
+
+    def interval_over(self, now_ns: int) -> bool:
+        """The grid interval of the samples kept now has ended by now_ns (always, without a grid)."""
+        return self.k is None or self.grid[0] + (self.k + 1) * self.grid[1] <= now_ns
+
+    def feed(self, data: bytes, close: Callable[["_File"], None]) -> None:
+        """Decodes the records in data; before a samples record of a later grid interval than the
+        samples kept, close(self) hands those over (a late cut still sends one profile per interval).
+        A record of an earlier one (written after its interval was handed over) joins the samples kept."""
         self.unpacker.feed(data)
         for rec in self.unpacker:
             t = rec.get("t")
             if t == "header":
                 self.header = {k: v for k, v in rec.items() if k not in ("t", "magic", "version")}
                 self.trace = MemoryTrace(self.header, keep_samples=True)
+                self.names = None
                 continue
             if self.trace is None:
                 continue                    # no header: nothing can be named (never happens)
@@ -86,6 +101,11 @@ class _File:
                 if dts:
                     base = rec["base_ns"]
                     lo, hi = base + min(dts), base + max(dts)
+                    k = self.interval_of(lo)
+                    if k is not None:
+                        if self.samples and self.k is not None and k > self.k:
+                            close(self)
+                        self.k = k if self.k is None else max(self.k, k)
                     self.lo = lo if self.lo is None else min(self.lo, lo)
                     self.hi = hi if self.hi is None else max(self.hi, hi)
                     self.samples += len(dts)
@@ -94,6 +114,24 @@ class _File:
                 if t == "end":
                     self.ended = True
                 self.trace.tables.take(rec, "the sidecar's records")
+
+    def _profile(self, fmt: str, options: dict):
+        from sdb_symbolize.options import ProfileOptions
+        from sdb_symbolize.profile import KeptNames, Profile
+        if self.names is None:
+            self.names = KeptNames()
+        # the names of earlier intervals are kept (only new stacks are named): KeptNames drops
+        # whatever a new symbol or pause could change, so each name is the one path's for these tables
+        return Profile(self.trace, ProfileOptions(format=fmt, idle=True, **options), self.names)
+
+    def render(self, fmt: str, **options) -> bytes:
+        from io import BytesIO
+        out = BytesIO()
+        self._profile(fmt, options).render(out)
+        return out.getvalue()
+
+    def collect(self, fmt: str, **options):
+        return self._profile(fmt, options).collect()
 
     def wall_ns(self, mono_ns: int) -> int:
         h = self.header
@@ -105,38 +143,45 @@ class _File:
         self.trace._kept_proc = 0
         self.lo = self.hi = None
         self.samples = 0
+        if self.k is not None:
+            self.k += 1                     # what comes late joins the next interval
 
 
 class IntervalCutter:
-    """Cuts the tapped stream into intervals (`cut`, called by the push thread only)."""
+    """Cuts the tapped stream into intervals (`cut`, called by the push thread only). With a grid
+    (`origin_ns`, `every_ns`: monotonic ns, the samples' clock), each interval holds the samples of
+    one grid interval, however late the cut that hands it over."""
 
-    def __init__(self, tap: StreamTap):
+    def __init__(self, tap: StreamTap, origin_ns: Optional[int] = None, every_ns: Optional[int] = None):
         self.tap = tap
         self.files: Dict[int, _File] = {}
+        self.grid = (origin_ns, every_ns) if origin_ns is not None and every_ns else None
 
-    def cut(self, on_interval: Callable[[Interval], None]) -> int:
+    def cut(self, on_interval: Callable[[Interval], None], now_ns: Optional[int] = None) -> int:
         """Reads what was written since the last cut and calls on_interval with each trace file's
-        samples (rotation: a cut may see two files). Returns the samples handed over."""
+        samples (rotation: a cut may see two files), one call per grid interval they fall in; the
+        last one only if its grid interval is over by now_ns (None: the recording is over, all).
+        Returns the samples handed over."""
+        handed = 0
+
+        def hand(f: _File) -> None:
+            nonlocal handed
+            period = int(1e9 / f.header["rate_hz"]) if f.header.get("rate_hz") else 0
+            try:
+                on_interval(Interval(f.samples, f.wall_ns(f.lo), f.wall_ns(f.hi) + period, f.header,
+                                     f.render, f.collect))
+            finally:
+                handed += f.samples
+                f.next_interval()
+
         for writer, data in self.tap.take():
             f = self.files.get(writer)
             if f is None:
-                f = self.files[writer] = _File()
-            f.feed(data)
-        handed = 0
+                f = self.files[writer] = _File(self.grid)
+            f.feed(data, hand)
         for writer, f in list(self.files.items()):
-            if f.trace is not None and f.samples:
-                trace = f.trace
-                period = int(1e9 / f.header["rate_hz"]) if f.header.get("rate_hz") else 0
-
-                def render(fmt: str, trace=trace, **options) -> bytes:
-                    from sdb_symbolize.options import ProfileOptions
-                    from sdb_symbolize.profile import render_bytes
-                    return render_bytes(trace, ProfileOptions(format=fmt, idle=True, **options))
-                try:
-                    on_interval(Interval(f.samples, f.wall_ns(f.lo), f.wall_ns(f.hi) + period, f.header, render))
-                finally:
-                    handed += f.samples
-                    f.next_interval()
+            if f.trace is not None and f.samples and (now_ns is None or f.ended or f.interval_over(now_ns)):
+                hand(f)
             if f.ended:
                 del self.files[writer]
         return handed

@@ -1,9 +1,10 @@
 """OpenTelemetry's profiles over OTLP/HTTP: `POST /v1development/profiles`, an
 ExportProfilesServiceRequest (binary protobuf) made by the profile library's "otlp" format (the
 symbolizer's encoder, sdb_symbolize.reporters) of the interval's samples: the same names as every
-other format."""
+other format; the body gzipped."""
 from __future__ import annotations
 
+import gzip
 from typing import List
 
 from .cutter import Interval
@@ -22,5 +23,9 @@ def available() -> bool:
 
 
 def encode(interval: Interval, service: str, ingest: bool = False) -> List[Payload]:
-    body = interval.render("otlp", service=service)
-    return [Payload(PATH, body, {"Content-Type": "application/x-protobuf"}, samples=interval.samples)]
+    # gzip, which OTLP/HTTP lets a client send with `Content-Encoding: gzip` (the Collector's receiver
+    # takes it): ~3x fewer bytes; level 1, as each sample's 8-byte timestamp compresses about as well
+    # at 1 as at 6 for a quarter of the CPU
+    body = gzip.compress(interval.render("otlp", service=service), compresslevel=1, mtime=0)
+    return [Payload(PATH, body, {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"},
+                    samples=interval.samples)]

@@ -20,9 +20,10 @@ from . import otlp, pyroscope
 from .config import PushConfig
 from .cutter import IntervalCutter, Interval, StreamTap
 from .queue import PayloadQueue
-from .transport import DROP, RETRY, SENT, Transport
+from .transport import DROP, SENT, Transport
 
 BACKOFF_FIRST_S = 1.0
+CUT_AFTER_S = 0.25              # a cut waits this long after its grid point for the interval's last samples
 BACKOFF_MAX_S = 30.0
 RETRY_AFTER_MAX_S = 300.0
 PROTOCOLS = {"pyroscope": pyroscope.encode, "otlp": otlp.encode}
@@ -35,7 +36,8 @@ def service_of(command, fallback: str = "ruby") -> str:
     words = [w for w in (command or []) if w]
     if not words:
         return fallback
-    first = os.path.basename(words[0]).split(":")[0].split()[0] if words[0].strip() else ""
+    # a title is one word with spaces (`puma 5.6.5 (tcp://0.0.0.0:3000) [app]`): its first word's
+    first = os.path.basename(words[0].split()[0]).split(":")[0] if words[0].strip() else ""
     if first.startswith("ruby") and len(words) > 1:
         script = next((w for w in words[1:] if not w.startswith("-")), "")
         first = os.path.splitext(os.path.basename(script))[0] or first
@@ -112,12 +114,16 @@ class Pusher:
     """Started with the recording (`tap` goes to each TraceWriter), finished after its last sample
     was written (`finish`: the last interval is cut and sent, within `finish_s`)."""
 
-    def __init__(self, config: PushConfig, command=None, stream=None):
+    def __init__(self, config: PushConfig, command=None, stream=None, app_service: Optional[str] = None):
         self.config = config
         self.stream = stream or sys.stderr
         self.tap = StreamTap()
-        self.cutter = IntervalCutter(self.tap)
-        self.service = config.service or service_of(command)
+        # intervals on a grid from the pusher's start (interval, 2 x interval, ...), by the samples' own
+        # moments: a cut that comes late (a busy machine) still sends one profile per interval
+        self._t0 = time.monotonic()
+        self.cutter = IntervalCutter(self.tap, int(self._t0 * 1e9), int(config.interval_s * 1e9))
+        # --service, else the app's (its gem's registry: Target.service), else from its process title
+        self.service = config.service or app_service or service_of(command)
         self.senders = [Sender(d.kind, d.url, config, self._notice) for d in config.destinations]
         self.profiles = 0               # intervals cut into profiles (each sent to every destination)
         self.samples = 0
@@ -140,15 +146,17 @@ class Pusher:
         self.thread.start()
 
     def _run(self) -> None:
-        # cuts on a grid from the start (interval, 2 x interval, ...): a late cut does not shift the next
-        every, t0, k = self.config.interval_s, time.monotonic(), 1
-        while not self._stop.wait(max(0.0, t0 + k * every - time.monotonic())):
-            self.cut()
+        # cuts at the grid's points (a late cut does not shift the next), a little after each so the
+        # interval's last samples are written (the sampler writes a batch every few ms)
+        every, t0, k = self.config.interval_s, self._t0, 1
+        while not self._stop.wait(max(0.0, t0 + k * every + CUT_AFTER_S - time.monotonic())):
+            self.cut(time.monotonic_ns())
             k = int((time.monotonic() - t0) // every) + 1
 
-    def cut(self) -> None:
+    def cut(self, now_ns: Optional[int] = None) -> None:
+        """Hands over the intervals over by now_ns (None: every sample, the recording is over)."""
         with self._lock:
-            self.samples += self.cutter.cut(self._interval)
+            self.samples += self.cutter.cut(self._interval, now_ns)
 
     def _interval(self, interval: Interval) -> None:
         self.profiles += 1

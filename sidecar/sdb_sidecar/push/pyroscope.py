@@ -8,8 +8,10 @@ Each interval makes two profiles from the profile library's one pprof (its names
 Labels: the series carries `service_name` and `__name__` (what a Pyroscope series is). Pyroscope
 turns a pprof sample's string labels into series labels too, so the samples keep only the labels
 whose values stay few: `thread_name`, `thread_state`, `pid` (as text), `process`, `endpoint`, `job`.
-`thread_id` (one series per OS thread, churning with thread pools) and `request_id` (one per request:
-unbounded) are left out for Pyroscope. That is 8 label names at most, under its limit of 30. Its
+`thread_id` (one series per OS thread, churning with thread pools), `request_id` and `trace_id` (one
+per request: unbounded) are left out for Pyroscope; `span_id` stays: Pyroscope keeps it per sample,
+not as a series label (its span profiles, Grafana's trace-to-profiles links). That is 9 label names
+at most, under its limit of 30. Its
 other limits (16,000 samples, 4 MiB a profile) are kept by splitting a larger profile into several
 RawSamples of the same series, which Pyroscope adds up."""
 from __future__ import annotations
@@ -20,6 +22,8 @@ import uuid
 from typing import Dict, List, Tuple
 from urllib.parse import urlencode
 
+from sdb_symbolize.protowire import message, string
+
 from .cutter import Interval
 from .queue import Payload
 
@@ -27,149 +31,82 @@ MAX_SAMPLES = 16000
 MAX_PROFILE_BYTES = 4 << 20
 MAX_LABEL_NAMES = 30
 PUSH_PATH = "/push.v1.PusherService/Push"
-DROPPED_LABELS = ("thread_id", "request_id")
+DROPPED_LABELS = ("thread_id", "request_id", "trace_id")
+# where the process runs (the agent writes them in the trace header when its cgroup says): series labels
+PLACE_LABELS = ("container_id", "pod_uid")
 WALL, CPU = "wall", "process_cpu"
 
 
-# ------------------------------------------------------------------ protobuf wire format (the few messages)
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _field(number: int, data: bytes) -> bytes:
-    """A length-delimited field (wire type 2): strings, bytes, messages."""
-    return _varint(number << 3 | 2) + _varint(len(data)) + data
-
-
+# ------------------------------------------------------------------ the few push messages (protowire: the symbolizer's protobuf writer)
 def label_pair(name: str, value: str) -> bytes:
     """types.v1.LabelPair {string name = 1; string value = 2}"""
-    return _field(1, name.encode("utf-8")) + _field(2, value.encode("utf-8"))
+    return string(1, name, keep=True) + string(2, value, keep=True)
 
 
 def raw_sample(raw_profile: bytes, id_: str) -> bytes:
     """push.v1.RawSample {bytes raw_profile = 1; string ID = 2}"""
-    return _field(1, raw_profile) + _field(2, id_.encode("ascii"))
+    return message(1, raw_profile, keep=True) + string(2, id_, keep=True)
 
 
 def raw_profile_series(labels: List[Tuple[str, str]], samples: List[bytes]) -> bytes:
     """push.v1.RawProfileSeries {repeated LabelPair labels = 1; repeated RawSample samples = 2}"""
-    return (b"".join(_field(1, label_pair(k, v)) for k, v in labels)
-            + b"".join(_field(2, raw_sample(s, str(uuid.uuid4()))) for s in samples))
+    return (b"".join(message(1, label_pair(k, v), keep=True) for k, v in labels)
+            + b"".join(message(2, raw_sample(s, str(uuid.uuid4())), keep=True) for s in samples))
 
 
 def push_request(series: List[bytes]) -> bytes:
     """push.v1.PushRequest {repeated RawProfileSeries series = 1}"""
-    return b"".join(_field(1, s) for s in series)
+    return b"".join(message(1, s, keep=True) for s in series)
 
 
 # ------------------------------------------------------------------ the two profiles of an interval
-def _string(p, text: str) -> int:
-    try:
-        return list(p.string_table).index(text)
-    except ValueError:
-        p.string_table.append(text)
-        return len(p.string_table) - 1
-
-
-def profiles(interval: Interval) -> Dict[str, list]:
-    """{"wall": [pprof chunks], "process_cpu": [...]}: each chunk a perftools Profile message within
-    Pyroscope's limits (empty list: no sample of that kind)."""
-    from sdb_symbolize.pprof import Profile
-    wall = Profile()
-    wall.ParseFromString(gzip.decompress(interval.render("pprof")))
-    wall.time_nanos = interval.start_wall_ns
-    wall.duration_nanos = max(0, interval.end_wall_ns - interval.start_wall_ns)
-    strings = list(wall.string_table)
-    dropped = {i for i, s in enumerate(strings) if s in DROPPED_LABELS}
-    k_pid = strings.index("pid") if "pid" in strings else -1
-    k_state = strings.index("thread_state") if "thread_state" in strings else -1
-    running = strings.index("running") if "running" in strings else -1
-    cpu = Profile()
-    cpu.CopyFrom(wall)
-    del cpu.sample[:]
-    keep_wall = []
-    for s in wall.sample:
-        labels = []
-        is_running = False
-        for lb in s.label:
-            if lb.key in dropped:
-                continue
-            if lb.key == k_pid and not lb.str:
-                labels.append((lb.key, None, str(lb.num)))
-                continue
-            if lb.key == k_state and lb.str == running and running >= 0:
-                is_running = True
-            labels.append((lb.key, lb.str, None))
-        keep_wall.append((list(s.location_id), list(s.value), labels, is_running))
-    del wall.sample[:]
+def profiles(interval: Interval) -> Dict[str, List[bytes]]:
+    """{"wall": [pprof chunks], "process_cpu": [...]}: each chunk an encoded perftools Profile within
+    Pyroscope's limits (empty list: no sample of that kind). Both are built from one sample pass by
+    the pprof reporter's own encoder (PprofReporter.build's views): the same names and values."""
+    from sdb_trace import STATE_RUNNING
+    reporter = interval.collect("pprof")
     # a format-4 recording's pprof has a column per sample type (samples, wall, cpu): each profile keeps
     # its own; an older one has no cpu column and the cpu profile is the wall column of running samples
-    names = [strings[st.type] for st in wall.sample_type]
+    names = ["samples"] + [t.name for t in reporter.sample_types]
     wall_cols = [i for i, n in enumerate(names) if n != "cpu"]
     cpu_cols = [i for i, n in enumerate(names) if n != "wall"] if "cpu" in names else wall_cols
-    for target, want_running, columns in ((wall, None, wall_cols), (cpu, True, cpu_cols)):
-        types = [target.sample_type[i] for i in columns]
-        del target.sample_type[:]
-        for vt in types:
-            target.sample_type.add().CopyFrom(vt)
-        target.default_sample_type = types[-1].type
-        for locs, values, labels, is_running in keep_wall:
-            if want_running and not is_running:
-                continue
-            s = target.sample.add()
-            s.location_id.extend(locs)
-            s.value.extend(values[i] for i in columns)
-            for key, str_index, text in labels:
-                lb = s.label.add()
-                lb.key = key
-                lb.str = str_index if text is None else _string(target, text)
+    span = dict(time_nanos=interval.start_wall_ns,
+                duration_nanos=max(0, interval.end_wall_ns - interval.start_wall_ns))
+    wall = reporter.build(columns=wall_cols, omit=DROPPED_LABELS, text_labels=True, **span)
     # the cpu profile's values are cpu nanoseconds: a running thread's sample stands for its tick
-    for vt in list(cpu.sample_type) + [cpu.period_type]:
-        if cpu.string_table[vt.unit] == "nanoseconds":
-            vt.type = _string(cpu, "cpu")
-    return {WALL: split(wall), CPU: split(cpu) if len(cpu.sample) else []}
+    cpu = reporter.build(columns=cpu_cols, states=(STATE_RUNNING,), omit=DROPPED_LABELS, text_labels=True,
+                         retype=("nanoseconds", "cpu"), **span)
+    return {WALL: split(wall), CPU: split(cpu)}
 
 
-def split(p) -> list:
-    """p as chunks of at most MAX_SAMPLES samples and MAX_PROFILE_BYTES bytes (each a whole profile:
-    the tables are repeated, the samples divided)."""
-    if not len(p.sample):
+def split(p, samples=None) -> List[bytes]:
+    """p (an encoded Profile: PprofReporter.build) as chunks of at most MAX_SAMPLES samples and
+    MAX_PROFILE_BYTES bytes (each a whole profile: the tables are repeated, the samples divided)."""
+    samples = p.samples if samples is None else samples
+    if not samples:
         return []
-    if len(p.sample) <= MAX_SAMPLES and p.ByteSize() <= MAX_PROFILE_BYTES:
-        return [p]
-    if len(p.sample) == 1:
+    size = len(p.head) + len(p.tail) + sum(map(len, samples))
+    if len(samples) <= MAX_SAMPLES and size <= MAX_PROFILE_BYTES:
+        return [p.bytes(samples)]
+    if len(samples) == 1:
         return []                   # one sample over 4 MiB: nothing to split (never seen)
-    half = len(p.sample) // 2
-    out = []
-    for part in (p.sample[:half], p.sample[half:]):
-        q = type(p)()
-        q.CopyFrom(p)
-        del q.sample[:]
-        for s in part:
-            q.sample.add().CopyFrom(s)
-        out += split(q)
-    return out
+    half = len(samples) // 2
+    return split(p, samples[:half]) + split(p, samples[half:])
 
 
 def encode(interval: Interval, service: str, ingest: bool) -> List[Payload]:
     """The requests that send this interval's profiles."""
     chunks = profiles(interval)
+    place = place_labels(interval.header)
     if not ingest:
         series = []
         n = 0
         for name, parts in chunks.items():
             if not parts:
                 continue
-            raws = [gzip.compress(c.SerializeToString(), compresslevel=6, mtime=0) for c in parts]
-            series.append(raw_profile_series([("service_name", service), ("__name__", name)], raws))
+            raws = [gzip.compress(c, compresslevel=6, mtime=0) for c in parts]
+            series.append(raw_profile_series([("service_name", service), ("__name__", name), *place], raws))
             n += len(parts)
         body = gzip.compress(push_request(series), compresslevel=6, mtime=0)
         return [Payload(PUSH_PATH, body, {"Content-Type": "application/proto", "Content-Encoding": "gzip",
@@ -179,12 +116,19 @@ def encode(interval: Interval, service: str, ingest: bool) -> List[Payload]:
     for name, parts in chunks.items():
         for c in parts:
             app = f"{ingest_name(service)}.{'cpu' if name == CPU else 'wall'}"
+            if place:
+                app += "{" + ",".join(f"{k}={ingest_name(v)}" for k, v in place) + "}"
             query = urlencode({"name": app, "from": interval.start_wall_ns // 10**9,
                                "until": -(-interval.end_wall_ns // 10**9), "format": "pprof",
                                "sampleRate": int(round(rate)), "spyName": "sdb"})
-            out.append(Payload(f"/ingest?{query}", gzip.compress(c.SerializeToString(), compresslevel=6, mtime=0),
+            out.append(Payload(f"/ingest?{query}", gzip.compress(c, compresslevel=6, mtime=0),
                                {"Content-Type": "application/octet-stream"}, samples=interval.samples))
     return out
+
+
+def place_labels(header: dict) -> List[Tuple[str, str]]:
+    """The trace header's container and pod labels, those it has."""
+    return [(k, header[k]) for k in PLACE_LABELS if isinstance(header.get(k), str) and header[k]]
 
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")

@@ -99,15 +99,16 @@ class _Thread:
         i = self.leaf.get(key)
         if i is None:
             i = -1
-            if stack.frames:
+            frames = stack.frames       # made on each read (a CompactStack's): once
+            if frames:
                 cat = STATE_CATEGORY.get(state, 4)
-                rest = stack.frames[1:]
+                rest = frames[1:]
                 known = self.frame_of
                 for fid, f in dict(zip(map(id, rest), rest)).items():   # new frames in order of first use
                     if fid not in known:
                         known[fid] = self.frame(f)
                         self.pinned.append(f)
-                path = array("I", [self.frame(stack.frames[0], cat)])
+                path = array("I", [self.frame(frames[0], cat)])
                 path.extend(map(known.__getitem__, map(id, rest)))
                 i = self.stack_table.add(path, cat)
             self.leaf[key] = i
@@ -125,6 +126,7 @@ class FirefoxReporter(Reporter):
 
     name = "firefox"
     extension = ".firefox.json"
+    compact_stacks = True    # each stack's frames read once (samples.CompactStack)
     timeline = True
     values = True
 

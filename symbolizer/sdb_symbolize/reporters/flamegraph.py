@@ -28,6 +28,7 @@ class FlamegraphReporter(Reporter):
 
     name = "flamegraph"
     extension = ".html"
+    compact_stacks = True    # each stack's frames read once (samples.CompactStack)
 
     def __init__(self, recording, options):
         super().__init__(recording, options)
@@ -43,7 +44,8 @@ class FlamegraphReporter(Reporter):
         "all" by number in keys (prefixes.encode), with its samples, sorted."""
         frames: Dict[int, object] = {}      # by identity: a stack's frames are few distinct objects
         for _, stack in self.counts:
-            frames.update(zip(map(id, stack.frames), stack.frames))
+            fs = stack.frames       # made on each read (a CompactStack's): once
+            frames.update(zip(map(id, fs), fs))
         pair_of = {i: (f.label, f"{f.path}:{f.line}" if f.path and f.line else (f.path or ""))
                    for i, f in frames.items()}
         roots = {r for th in {th for th, _ in self.counts} for r in th.roots}

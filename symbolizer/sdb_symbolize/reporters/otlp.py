@@ -4,9 +4,11 @@ opentelemetry-proto 1.45.2 is generated from it), written with protowire's hand 
 
 What a reader of it must know (docs/guide.md says it for users):
 - One ResourceProfiles per recorded process (a process tree gives several); resource attributes
-  `service.name` (ProfileOptions.service, else the recording's first process's title),
+  `service.name` (ProfileOptions.service, else the trace header's `service`: the recording's
+  --service or the name the app gave, else the recording's first process's title),
   `host.name` (when the trace has it), `process.pid`, `process.parent_pid` (when known),
-  `process.runtime.name` = `ruby`, `process.runtime.version` and `process.runtime.description`.
+  `process.runtime.name` = `ruby`, `process.runtime.version` and `process.runtime.description`;
+  `container.id` and `k8s.pod.uid` when the trace header has them (the agent's, from the cgroup).
   One ScopeProfiles (scope `sdb`, its version) holding one Profile per sample type
   (profile_types): `wall`/nanoseconds (every sample the filters keep) and `cpu`/nanoseconds (those
   of running threads), each with period_type `wall`/nanoseconds and period the tick period.
@@ -24,6 +26,9 @@ What a reader of it must know (docs/guide.md says it for users):
   it: sdb does not read Ruby's Thread#object_id), `thread.name` (when the thread has a name),
   `sdb.thread.state` (running, waiting for GVL, blocked, unknown), and `sdb.endpoint` (a request's
   or label's endpoint) or `sdb.job` (a job's class) when the sample was in one that was named.
+- A sample in a request with a trace context (the gem's: OpenTelemetry's current span, else the
+  `traceparent` header's ids) points at its Link (link_index): that trace id and span id. The
+  link table holds one Link per distinct pair, after the zero value.
 Strings from the target go in as they are (UTF-8 data in string fields: nothing is escaped in a
 binary format, and nothing in it is ever interpreted)."""
 from __future__ import annotations
@@ -105,7 +110,7 @@ class _Dictionary:
     def __init__(self):
         self.strings: Dict[str, int] = {"": 0}
         self.mappings, self.locations, self.functions = _Table(), _Table(), _Table()
-        self.attributes, self.stacks = _Table(), _Table()
+        self.attributes, self.stacks, self.links = _Table(), _Table(), _Table()
         self._ruby_mapping = 0
         self._by_frame: Dict[object, int] = {}     # Frame -> location
         self._by_stack: Dict[int, int] = {}        # Stack.id -> stack
@@ -124,6 +129,11 @@ class _Dictionary:
             any_value = uint(3, value, keep=True)
         return self.attributes.add((key, type(value), value),
                                    uint(1, self.s(key)) + message(2, any_value, keep=True))
+
+    def link(self, trace_id: str, span_id: str) -> int:
+        """A Link (trace_id 16 bytes, span_id 8 bytes) from the trace's lowercase hex ids."""
+        return self.links.add((trace_id, span_id), message(1, bytes.fromhex(trace_id), keep=True)
+                              + message(2, bytes.fromhex(span_id), keep=True))
 
     def ruby_mapping(self) -> int:
         if not self._ruby_mapping:
@@ -159,7 +169,7 @@ class _Dictionary:
         out = [message(1, e, keep=True) for e in self.mappings.entries]
         out += [message(2, e, keep=True) for e in self.locations.entries]
         out += [message(3, e, keep=True) for e in self.functions.entries]
-        out.append(message(4, b"", keep=True))          # link_table: its zero value only
+        out += [message(4, e, keep=True) for e in self.links.entries]
         out += [string(5, t, keep=True) for t in self.strings]     # dicts keep insertion order
         out += [message(6, e, keep=True) for e in self.attributes.entries]
         out += [message(7, e, keep=True) for e in self.stacks.entries]
@@ -184,9 +194,10 @@ class OtlpReporter(Reporter):
 
     def __init__(self, recording, options):
         super().__init__(recording, options)
-        # (Thread, Stack, state, unit attribute) -> the times of its samples (CLOCK_MONOTONIC ns)
+        # (Thread, Stack, state, unit) -> the times of its samples (CLOCK_MONOTONIC ns); unit: None, or
+        # (its attribute or None, its (trace id, span id) or None)
         self.times: Dict[Tuple, array] = {}
-        self._units: Dict[int, Optional[Tuple[str, str]]] = {}
+        self._units: Dict[int, Optional[Tuple]] = {}
         self._has_unnamed: Dict[int, bool] = {}     # Stack.id -> it has a frame no name was proven for
         self._to_unix = (self.header.get("start_wall_ns") or 0) - self.start_ns
 
@@ -203,16 +214,32 @@ class OtlpReporter(Reporter):
                 pass
         self._add_slow(ts, t_ns, count)
 
+    def add_times(self, thread, stack, state, base_ns: int, dts: list) -> None:
+        """One sample at each base_ns + dt (the sample pass's grouped timeline: the times of a
+        (thread, stack, state) in one call; the order of samples across keys is not kept, nor needed:
+        each Sample's timestamps are sorted when written)."""
+        key = (thread, stack, state, None)
+        ts = self.times.get(key)
+        if ts is None:
+            ts = self.times[key] = array("q")
+        try:
+            ts.extend(array("q", map(base_ns.__add__, dts)))    # whole or nothing: a C loop
+        except OverflowError:
+            for dt in dts:
+                self._add_slow(ts, base_ns + dt, 1)
+
     def add_unit(self, thread, stack, state, t_ns, count, unit) -> None:
         attr = None
         if unit is not None:
             span = unit["span"]
             attr = self._units.get(span, False)
             if attr is False:
-                attr = None
+                name = link = None
                 if unit["endpoint"] is not None:
-                    attr = (JOB_KEY if SPAN_KINDS.get(unit["kind"]) == "job" else ENDPOINT_KEY, unit["endpoint"])
-                self._units[span] = attr
+                    name = (JOB_KEY if SPAN_KINDS.get(unit["kind"]) == "job" else ENDPOINT_KEY, unit["endpoint"])
+                if unit.get("trace_id") and unit.get("span_id"):
+                    link = (unit["trace_id"], unit["span_id"])
+                attr = self._units[span] = (name, link) if name or link else None
         key = (thread, stack, state, attr)
         ts = self.times.get(key)
         if ts is None:
@@ -240,7 +267,9 @@ class OtlpReporter(Reporter):
             by_process.setdefault(key[0].process, []).append(key)
         processes = list(self.processes) or [None]
         processes += [p for p in by_process if p not in processes]     # a thread of no kept process
-        service = self.options.service or self._title() or UNKNOWN_SERVICE
+        given = self.header.get("service")     # the recording's --service, else the app's own
+        given = given if isinstance(given, str) else None
+        service = self.options.service or given or self._title() or UNKNOWN_SERVICE
         scope = string(1, SCOPE_NAME) + string(2, __version__)
         body = []
         for pr in processes:
@@ -271,7 +300,8 @@ class OtlpReporter(Reporter):
         description = rec.get("ruby_description") or h.get("ruby_description")
         attrs = [("service.name", service), ("host.name", h.get("hostname")), ("process.pid", pid),
                  ("process.parent_pid", ppid), ("process.runtime.name", RUNTIME_NAME),
-                 ("process.runtime.version", version), ("process.runtime.description", description)]
+                 ("process.runtime.version", version), ("process.runtime.description", description),
+                 ("container.id", h.get("container_id")), ("k8s.pod.uid", h.get("pod_uid"))]
         return b"".join(_resource_attribute(k, v) for k, v in attrs
                         if isinstance(v, str) and v or type(v) is int and v > 0)
 
@@ -306,7 +336,7 @@ class OtlpReporter(Reporter):
     def _profile(self, d: _Dictionary, typ: ProfileType, keys: list, window: Tuple[int, int],
                  resource: bytes) -> bytes:
         period = self.period_ns
-        merged: Dict[Tuple[int, Tuple[int, ...]], List[array]] = {}
+        merged: Dict[Tuple[int, Tuple[int, ...], int], List[array]] = {}
         unnamed = 0
         attrs_of: Dict[Tuple, Tuple[int, ...]] = {}
         has_unnamed = self._has_unnamed
@@ -315,11 +345,12 @@ class OtlpReporter(Reporter):
             if typ.states is not None and state not in typ.states:
                 continue
             ts = self.times[key]
-            a_key = (thread, state, unit)
+            name, link = unit if unit is not None else (None, None)
+            a_key = (thread, state, name)
             attrs = attrs_of.get(a_key)
             if attrs is None:
-                attrs = attrs_of[a_key] = self._sample_attributes(d, thread, state, unit)
-            merged.setdefault((d.stack(stack), attrs), []).append(ts)
+                attrs = attrs_of[a_key] = self._sample_attributes(d, thread, state, name)
+            merged.setdefault((d.stack(stack), attrs, d.link(*link) if link else 0), []).append(ts)
             u = has_unnamed.get(stack.id)
             if u is None:
                 u = has_unnamed[stack.id] = any(f.label.startswith(UNKNOWN_ISEQ_PREFIX) for f in stack.frames)
@@ -327,9 +358,9 @@ class OtlpReporter(Reporter):
                 unnamed += len(ts)
         samples = []
         unix = self._unix
-        for (stack_index, attrs), parts in sorted(merged.items()):
+        for (stack_index, attrs, link_index), parts in sorted(merged.items()):
             stamps = self._stamps(parts)
-            samples.append(message(2, uint(1, stack_index) + packed_varints(2, attrs)
+            samples.append(message(2, uint(1, stack_index) + packed_varints(2, attrs) + uint(3, link_index)
                                    + repeated_varint(4, period, len(stamps)) + packed_fixed64(5, stamps), keep=True))
         value_type = message(1, uint(1, d.s(typ.name)) + uint(2, d.s(typ.unit)), keep=True)
         start, end = window
@@ -341,13 +372,13 @@ class OtlpReporter(Reporter):
         pid = hashlib.sha256(resource + body).digest()[:16]
         return body + message(7, pid if any(pid) else b"\x01" + pid[1:])
 
-    def _sample_attributes(self, d: _Dictionary, thread, state: int, unit) -> Tuple[int, ...]:
+    def _sample_attributes(self, d: _Dictionary, thread, state: int, name) -> Tuple[int, ...]:
         attrs = []
         if thread.tid:
             attrs.append(d.attribute(THREAD_ID, thread.tid))
         if thread.name:
             attrs.append(d.attribute(THREAD_NAME, thread.name))
         attrs.append(d.attribute(THREAD_STATE, state_name(state)))
-        if unit is not None:
-            attrs.append(d.attribute(*unit))
+        if name is not None:
+            attrs.append(d.attribute(*name))
         return tuple(sorted(attrs))

@@ -55,7 +55,7 @@ class StackTable:
     root, numbered in the order the paths are first added: the Firefox Profiler's stack table.
 
     No row is looked up by its (prefix, frame): the paths added so far are kept as byte strings
-    (4 bytes a frame), sorted, and a new path shares the most rows with one of its two sorted
+    (2 bytes a frame while frame numbers fit, then all of them widened to 4), sorted, and a new path shares the most rows with one of its two sorted
     neighbours (a longest common prefix in a sorted set is a neighbour's). Its first new row's
     prefix is that neighbour's row at the depth above, found from a checkpoint (the path's row
     at every CHECKPOINT-th depth) by at most CHECKPOINT steps up the prefix column."""
@@ -69,6 +69,12 @@ class StackTable:
         self._leaf: List[int] = []                     # a path's last row
         self._depth: List[int] = []                    # its length
         self._checkpoints: List[array] = []            # its rows at depths 0, CHECKPOINT, ...
+        self._code = "H"                               # the paths' strings' array type
+
+    def _widen(self) -> None:
+        """A frame number past 2 bytes: every path's string at 4 bytes a frame, sorted again."""
+        self._code = "I"
+        self._sorted = sorted((array("I", array("H", data)).tobytes(), n) for data, n in self._sorted)
 
     def __len__(self) -> int:
         return len(self.frame)
@@ -90,13 +96,16 @@ class StackTable:
         """The row of `frames` (frame numbers, root first, typecode "I"; not empty) under
         `category`, adding the rows it lacks. A path's frames decide its category: callers give
         its first frame one per category."""
-        data = frames.tobytes()
+        if self._code == "H" and frames and max(frames) >= 1 << 16:
+            self._widen()
+        data = (frames if self._code == "I" else array("H", frames)).tobytes()
+        width = 4 if self._code == "I" else 2
         depth = len(frames)
         pos = bisect_left(self._sorted, (data,))
         shared, near = 0, -1
         for j in (pos - 1, pos):
             if 0 <= j < len(self._sorted):
-                n = common_prefix(self._sorted[j][0], data) // 4
+                n = common_prefix(self._sorted[j][0], data) // width
                 if n > shared:
                     shared, near = n, self._sorted[j][1]
         if shared == depth:
