@@ -22,14 +22,15 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
 from common import fmt, summary  # noqa: E402
+
+sys.path.insert(0, os.path.join(common.ROOT, "tests", "support"))
+from push_receiver import RawReceiver  # noqa: E402
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
@@ -40,32 +41,7 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) * TICK_S
 
 
-class Receiver:
-    """Takes every request, answers 200, counts the bytes."""
-
-    def __init__(self):
-        self.bytes = 0
-        me = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                me.bytes += len(self.rfile.read(n))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-
-def run_once(cfg, rate: float, script: str, receiver: Receiver) -> float:
+def run_once(cfg, rate: float, script: str, receiver: RawReceiver) -> float:
     env = dict(os.environ, GEM_HOME=cfg.gem_home, GEM_PATH=cfg.gem_home) if cfg.gem_home else dict(os.environ)
     targets = []
     err_path = tempfile.mktemp(prefix="sdb-agent-cost-", suffix=".stderr")
@@ -118,7 +94,7 @@ def main() -> int:
     work = tempfile.mkdtemp(prefix="sdb-agent-cost-")
     script = os.path.join(work, "agentbench.rb")
     shutil.copy(os.path.join(common.PROGRAMS, "stacks.rb"), script)
-    receiver = Receiver()
+    receiver = RawReceiver(keep=False)
     threads = cfg.processes * cfg.threads
     got = {r: [] for r in rates}
     try:
@@ -127,6 +103,7 @@ def main() -> int:
                 got[r].append(run_once(cfg, r, script, receiver))
                 print(f"round {n + 1} {r:g} Hz: {got[r][-1]:.2f} % of a core", file=sys.stderr)
     finally:
+        receiver.close()
         shutil.rmtree(work)
     print(f"agent_cost: {cfg.processes} processes x {cfg.threads} threads ({threads}), mixed, push to pyroscope "
           f"every 5 s, {cfg.measure:g} s windows, {cfg.rounds} rounds; median (min-max)")

@@ -5,8 +5,8 @@ Target: programs/stacks.rb in mixed mode, 12 threads (~5 ms busy, ~5 ms asleep, 
 on one core; `sdb-sidecar attach --rate 1000` on the other (taskset). Each round runs every
 configuration once, in turn: `none` (no push), `pyroscope` (`--push pyroscope=URL`) and `otlp`
 (`--push otlp=URL`), both `--push-interval INTERVAL`, to a receiver on loopback in this process that
-only takes each request's bytes and arrival time (no answer delay; the decoding the tests do is
-tests/support/push_receiver.py's). Measured, per run:
+only takes each request's bytes and arrival time (no answer delay, no decoding: the RawReceiver of
+tests/support/push_receiver.py, whose PushReceiver decodes for the tests). Measured, per run:
   steady    on-CPU time of the sidecar's threads (/proc/PID/task/*/schedstat) over MEASURE s, from
             1 s after its eBPF symbolizer attached (start-up and compile excluded) to the SIGINT
             that ends it: the window holds MEASURE / INTERVAL cuts; % of one core;
@@ -30,14 +30,15 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
 from common import fmt, summary  # noqa: E402
+
+sys.path.insert(0, os.path.join(common.ROOT, "tests", "support"))
+from push_receiver import RawReceiver  # noqa: E402
 
 NAME = "push_cost"
 THREADS, DEPTH, RATE = 12, 30, 1000.0
@@ -123,46 +124,7 @@ def otlp_spans(body: bytes) -> list:
     return out
 
 
-class Receiver:
-    """Loopback HTTP server that answers 200 at once and keeps (path, body bytes, arrival ns) of each request."""
-
-    def __init__(self):
-        self.got = []
-        self._lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                arrived = time.time_ns()
-                with receiver._lock:
-                    receiver.got.append((self.path, body, arrived))
-                self.send_response(200)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    def take(self) -> list:
-        with self._lock:
-            got, self.got = self.got, []
-        return got
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def one(cfg, kind: str, receiver: Receiver, tmp: str) -> dict:
+def one(cfg, kind: str, receiver: RawReceiver, tmp: str) -> dict:
     out = os.path.join(tmp, f"trace-{kind}.msgpack")
     extra = [] if kind == "none" else ["--push", f"{kind}={receiver.url}", "--push-interval", f"{cfg.interval:g}",
                                        "--service", "push-cost"]
@@ -215,7 +177,7 @@ def main() -> int:
     m = common.machine(cfg)
     load0 = os.getloadavg()
     raw = {k: [] for k in kinds}
-    receiver = Receiver()
+    receiver = RawReceiver()
     try:
         with tempfile.TemporaryDirectory(prefix="sdb-bench-") as tmp:
             for i in range(cfg.rounds):

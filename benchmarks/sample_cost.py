@@ -55,7 +55,8 @@ def delta(a: dict, b: dict) -> dict:
 
 def paced(sampler, meter, rate, seconds) -> dict:
     a = sampler.stats()
-    th = threading.Thread(target=sampler.run, args=(seconds,))
+    sampler.start(seconds)      # the native tick loop; wait() joins it without the GIL
+    th = threading.Thread(target=sampler.wait)
     th.start()
     while th.is_alive():
         th.join(0.1)

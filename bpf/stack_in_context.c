@@ -34,6 +34,17 @@ struct ctx_target {                     /* from the process's layout row */
 BPF_F_TABLE("array", u32, struct sdb_ctx_slot, ctx_slots, CTX_SLOTS, BPF_F_MMAPABLE);
 BPF_HASH(ctx_targets, u32, struct ctx_target, 4096);     /* tgid -> its offsets: the processes recorded */
 
+/* Copies the len bytes at src, at most max of them, into dst: how many it copied, 0 where none could
+ * be read. Inlined, so that the verifier sees each call's max as the bound of the read's size. */
+static __always_inline u64 read_at_most(void *dst, u64 max, u64 src, u64 len)
+{
+    if (len > max)
+        len = max;
+    if (len == 0 || bpf_probe_read_user(dst, len, (void *)src) != 0)
+        return 0;
+    return len;
+}
+
 int on_cpu_clock(struct bpf_perf_event_data *ctx)
 {
     u64 pt = bpf_get_current_pid_tgid();
@@ -86,10 +97,8 @@ int on_cpu_clock(struct bpf_perf_event_data *ctx)
     end = vm_stack + size * 8;
     if (vm_stack == 0 || cfp < vm_stack || cfp >= end)
         goto out;
-    n = end - cfp;
-    if (n > SDB_CTX_FRAME_BYTES)
-        n = SDB_CTX_FRAME_BYTES;
-    if (n == 0 || bpf_probe_read_user(s->frames, n, (void *)cfp) != 0)
+    n = read_at_most(s->frames, SDB_CTX_FRAME_BYTES, cfp, end - cfp);
+    if (n == 0)
         goto out;
     s->nbytes = n;
     /* the innermost frame's sp: the ep words of the frames below it are under it */
@@ -99,10 +108,8 @@ int on_cpu_clock(struct bpf_perf_event_data *ctx)
     if (sp > cfp || sp <= vm_stack)
         goto out;
     lo = sp > vm_stack + SDB_CTX_WIN_BYTES ? sp - SDB_CTX_WIN_BYTES : vm_stack;
-    n = sp - lo;
-    if (n > SDB_CTX_WIN_BYTES)
-        n = SDB_CTX_WIN_BYTES;
-    if (n == 0 || bpf_probe_read_user(s->win, n, (void *)lo) != 0)
+    n = read_at_most(s->win, SDB_CTX_WIN_BYTES, lo, sp - lo);
+    if (n == 0)
         goto out;
     s->win_lo = lo;
     s->win_len = n;

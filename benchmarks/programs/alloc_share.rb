@@ -13,65 +13,30 @@ scenario, nthreads, seconds, hz = ARGV[0], Integer(ARGV[1]), Float(ARGV[2]), Int
 REPEAT = { "bursty" => 1, "steady" => 150 }.fetch(scenario) { abort "alloc_share.rb: scenario bursty or steady" }
 LABELS = %w[other objects strings arrays compute].freeze
 
-# Four methods of the same shape on purpose, not one taking a block: each allocates in its own frame,
-# which is what an allocation profile gives the objects to.
-
-def objects(r)
-  AllocProbe.enter(1)
-  k = 0
-  while k < r
-    i = 0
-    while i < 300
-      Object.new
-      i += 1
+# Four methods from one template, not one method taking a block: each allocates in its own frame
+# (what an allocation profile gives the objects to), with no block call between the loop and the
+# allocation. Each: label index, the inner loop's count, and its body (compute: integers only).
+{ objects: [1, 300, "Object.new"],
+  strings: [2, 100, 'String.new("abcdefgh", capacity: 200)'],
+  arrays: [3, 50, "Array.new(20, i)"],
+  compute: [4, 4000, "s += (i ^ k) & 7"] }.each do |name, (label, count, body)|
+  TOPLEVEL_BINDING.eval(<<~RUBY, __FILE__, __LINE__ + 1)
+    def #{name}(r)
+      AllocProbe.enter(#{label})
+      s = 0
+      k = 0
+      while k < r
+        i = 0
+        while i < #{count}
+          #{body}
+          i += 1
+        end
+        k += 1
+      end
+      AllocProbe.enter(0)
+      s
     end
-    k += 1
-  end
-  AllocProbe.enter(0)
-end
-
-def strings(r)
-  AllocProbe.enter(2)
-  k = 0
-  while k < r
-    i = 0
-    while i < 100
-      String.new("abcdefgh", capacity: 200)
-      i += 1
-    end
-    k += 1
-  end
-  AllocProbe.enter(0)
-end
-
-def arrays(r)
-  AllocProbe.enter(3)
-  k = 0
-  while k < r
-    i = 0
-    while i < 50
-      Array.new(20, i)
-      i += 1
-    end
-    k += 1
-  end
-  AllocProbe.enter(0)
-end
-
-def compute(r)
-  AllocProbe.enter(4)
-  s = 0
-  k = 0
-  while k < r
-    i = 0
-    while i < 4000
-      s += (i ^ k) & 7
-      i += 1
-    end
-    k += 1
-  end
-  AllocProbe.enter(0)
-  s
+  RUBY
 end
 
 METHODS = %i[objects strings arrays compute].freeze

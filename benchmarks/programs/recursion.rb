@@ -20,23 +20,9 @@ size = Integer(size)
 require "sdb" if profiler == "sdb"
 require "stackprof" if profiler.start_with?("stackprof")
 
+require_relative "../../tests/programs/descend"
+
 DEPTH = 150
-
-def descend(depth, iterations)
-  return spin(iterations) if depth.zero?
-
-  descend(depth - 1, iterations)
-end
-
-def spin(iterations)
-  i = 0
-  x = 0
-  while i < iterations
-    x += i & 7
-    i += 1
-  end
-  x
-end
 
 def loop_workload(iterations)
   20.times { descend(DEPTH - 2, iterations / 20) } # -2: main and loop_workload's block are frames too

@@ -29,6 +29,21 @@
 #define FACT(name, value) printf("%s %lu\n", (name), (unsigned long)(value))
 #define NA(name) printf("%s na\n", (name))
 #define OFF(name, type, member) FACT(name, offsetof(type, member))
+/* Members whose fact is named after them, each written once: MEMBERS(type, "prefix_", a, b) prints
+ * "prefix_a <offsetof(type, a)>" then b's; INNER((type, member), "prefix_", a) the same for the
+ * members of type's member (its offset added). EACH applies one of them to up to six members. */
+#define MEMBER(type, prefix, m) FACT(prefix #m, offsetof(type, m))
+#define INNER(where, prefix, m) FACT(prefix #m, offsetof where + offsetof(SDB_MEMBER_TYPE where, m))
+#define MEMBERS(type, prefix, ...) EACH(MEMBER, type, prefix, __VA_ARGS__)
+#define INNERS(where, prefix, ...) EACH(INNER, where, prefix, __VA_ARGS__)
+#define EACH(F, a, b, ...) EACH_PICK(__VA_ARGS__, EACH6, EACH5, EACH4, EACH3, EACH2, EACH1)(F, a, b, __VA_ARGS__)
+#define EACH_PICK(m1, m2, m3, m4, m5, m6, each, ...) each
+#define EACH1(F, a, b, m) F(a, b, m)
+#define EACH2(F, a, b, m, ...) F(a, b, m); EACH1(F, a, b, __VA_ARGS__)
+#define EACH3(F, a, b, m, ...) F(a, b, m); EACH2(F, a, b, __VA_ARGS__)
+#define EACH4(F, a, b, m, ...) F(a, b, m); EACH3(F, a, b, __VA_ARGS__)
+#define EACH5(F, a, b, m, ...) F(a, b, m); EACH4(F, a, b, __VA_ARGS__)
+#define EACH6(F, a, b, m, ...) F(a, b, m); EACH5(F, a, b, __VA_ARGS__)
 
 static int
 bit_number(unsigned long flag)
@@ -95,46 +110,29 @@ main(void)
     printf("ruby_api_version %d.%d\n", RUBY_API_VERSION_MAJOR, RUBY_API_VERSION_MINOR);
 
     /* rb_thread_t */
-    OFF("thread_ec", rb_thread_t, ec);
+    MEMBERS(rb_thread_t, "thread_", ec);
     BITFIELD("thread_status_bits", rb_thread_t, status);
 
     /* rb_execution_context_t */
-    OFF("ec_vm_stack", rb_execution_context_t, vm_stack);
-    OFF("ec_vm_stack_size", rb_execution_context_t, vm_stack_size);
-    OFF("ec_cfp", rb_execution_context_t, cfp);
-    OFF("ec_thread_ptr", rb_execution_context_t, thread_ptr);
+    MEMBERS(rb_execution_context_t, "ec_", vm_stack, vm_stack_size, cfp, thread_ptr);
 
     /* rb_control_frame_t */
     FACT("cfp_size", sizeof(rb_control_frame_t));
-    OFF("cfp_pc", rb_control_frame_t, pc);
-    OFF("cfp_sp", rb_control_frame_t, sp);
-    OFF("cfp_iseq", rb_control_frame_t, iseq);
-    OFF("cfp_self", rb_control_frame_t, self);
-    OFF("cfp_ep", rb_control_frame_t, ep);
-    OFF("cfp_jit_return", rb_control_frame_t, jit_return);
+    MEMBERS(rb_control_frame_t, "cfp_", pc, sp, iseq, self, ep, jit_return);
 
     /* rb_iseq_t and rb_iseq_constant_body */
-    OFF("iseq_body", rb_iseq_t, body);
-    OFF("body_type", struct rb_iseq_constant_body, type);
-    OFF("body_iseq_size", struct rb_iseq_constant_body, iseq_size);
-    OFF("body_iseq_encoded", struct rb_iseq_constant_body, iseq_encoded);
-    OFF("body_pathobj", struct rb_iseq_constant_body, location.pathobj);
-    OFF("body_base_label", struct rb_iseq_constant_body, location.base_label);
-    OFF("body_label", struct rb_iseq_constant_body, location.label);
-    OFF("body_first_lineno", struct rb_iseq_constant_body, location.first_lineno);
+    MEMBERS(rb_iseq_t, "iseq_", body);
+    MEMBERS(struct rb_iseq_constant_body, "body_", type, iseq_size, iseq_encoded);
+    INNERS((struct rb_iseq_constant_body, location), "body_", pathobj, base_label, label, first_lineno);
     FACT("body_first_lineno_is_fixnum",
          __builtin_types_compatible_p(SDB_MEMBER_TYPE(struct rb_iseq_constant_body, location.first_lineno), VALUE));
-    OFF("body_insns_info_body", struct rb_iseq_constant_body, insns_info.body);
-    OFF("body_insns_info_positions", struct rb_iseq_constant_body, insns_info.positions);
-    OFF("body_insns_info_size", struct rb_iseq_constant_body, insns_info.size);
+    INNERS((struct rb_iseq_constant_body, insns_info), "body_insns_info_", body, positions, size);
     OFF("body_insns_info_succ_table", struct rb_iseq_constant_body, insns_info.succ_index_table);
-    OFF("body_parent_iseq", struct rb_iseq_constant_body, parent_iseq);
-    OFF("body_local_iseq", struct rb_iseq_constant_body, local_iseq);
-    OFF("body_local_table_size", struct rb_iseq_constant_body, local_table_size);
+    MEMBERS(struct rb_iseq_constant_body, "body_", parent_iseq, local_iseq, local_table_size);
     FACT("insn_info_entry_size", sizeof(struct iseq_insn_info_entry));
-    OFF("insn_info_line_no", struct iseq_insn_info_entry, line_no);
+    MEMBERS(struct iseq_insn_info_entry, "insn_info_", line_no);
 #ifdef SDB_HAVE_BUILTIN_ATTR_C_TRACE
-    OFF("body_builtin_attrs", struct rb_iseq_constant_body, builtin_attrs);
+    MEMBERS(struct rb_iseq_constant_body, "body_", builtin_attrs);
 #else
     NA("body_builtin_attrs");
 #endif
@@ -161,22 +159,18 @@ main(void)
     FACT("rarray_embed_len_shift", RARRAY_EMBED_LEN_SHIFT);
     FACT("rarray_embed_len_mask", (unsigned long)RARRAY_EMBED_LEN_MASK >> RARRAY_EMBED_LEN_SHIFT);
     OFF("rarray_embed_ary", struct RArray, as.ary);
-    OFF("rarray_heap_len", struct RArray, as.heap.len);
-    OFF("rarray_heap_ptr", struct RArray, as.heap.ptr);
+    INNERS((struct RArray, as.heap), "rarray_heap_", len, ptr);
 
     /* method entries */
-    OFF("me_defined_class", rb_callable_method_entry_t, defined_class);
-    OFF("me_def", rb_callable_method_entry_t, def);
-    OFF("me_called_id", rb_callable_method_entry_t, called_id);
-    OFF("me_owner", rb_callable_method_entry_t, owner);
-    OFF("def_original_id", rb_method_definition_t, original_id);
+    MEMBERS(rb_callable_method_entry_t, "me_", defined_class, def, called_id, owner);
+    MEMBERS(rb_method_definition_t, "def_", original_id);
 
     /* classes: where RCLASS_EXT finds the classext (inside the class, or through a pointer); the
      * class path and a singleton's object, as offsets from the class (where they are members) */
     fake_object(T_CLASS);
     where("class_ext", SDB_RCLASS_EXT((VALUE)fake), 0);
 #ifdef SDB_HAVE_CLASSEXT_IV_TBL
-    OFF("classext_iv_tbl", rb_classext_t, iv_tbl);
+    MEMBERS(rb_classext_t, "classext_", iv_tbl);
 #else
     NA("classext_iv_tbl");
 #endif
@@ -250,8 +244,7 @@ main(void)
     FACT("iseq_type_plain", ISEQ_TYPE_PLAIN);
     BITFIELD("def_type_bits", rb_method_definition_t, type);
     OFF("def_iseq", rb_method_definition_t, body.iseq.iseqptr);
-    OFF("def_cfunc_func", rb_method_definition_t, body.cfunc.func);
-    OFF("def_cfunc_argc", rb_method_definition_t, body.cfunc.argc);
+    INNERS((rb_method_definition_t, body.cfunc), "def_cfunc_", func, argc);
     FACT("method_type_iseq", VM_METHOD_TYPE_ISEQ);
     FACT("method_type_cfunc", VM_METHOD_TYPE_CFUNC);
     FACT("method_type_attrset", VM_METHOD_TYPE_ATTRSET);
@@ -268,12 +261,9 @@ main(void)
     FACT("thread_stopped", THREAD_STOPPED);
     FACT("thread_stopped_forever", THREAD_STOPPED_FOREVER);
     FACT("thread_killed", THREAD_KILLED);
-    OFF("st_num_entries", st_table, num_entries);
-    OFF("st_entries_start", st_table, entries_start);
-    OFF("st_entries_bound", st_table, entries_bound);
-    OFF("st_entries", st_table, entries);
+    MEMBERS(st_table, "st_", num_entries, entries_start, entries_bound, entries);
     FACT("id_scope_shift", RUBY_ID_SCOPE_SHIFT);
-    OFF("rbasic_klass", struct RBasic, klass);
+    MEMBERS(struct RBasic, "rbasic_", klass);
 #ifdef RCLASS_EXT_PRIME
     fake_object(T_CLASS);
     where("rclass_super_at", &RCLASS_EXT_PRIME((VALUE)fake)->super, 0);

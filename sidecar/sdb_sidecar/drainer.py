@@ -48,7 +48,7 @@ class Drainer:
     attached all that time says so); if one was, the read named its successor and the sample's
     ISeq is `(unknown)`. Without eBPF (or across one of its pauses) births are not seen: a read
     that finds other instructions at the address names nothing; one that finds the same is taken
-    (`unproven` counts those). A read that fails on what passes (a compaction moving the name's
+    (`unproven` counts those), across a pause only if no GC sweep started since the sample. A read that fails on what passes (a compaction moving the name's
     strings) is read again at the next drains, with the same window, before the ISeq is written
     (unknown) (`read_again`, READ_AGAIN_NS)."""
 
@@ -64,7 +64,8 @@ class Drainer:
         self.symbol_errors = 0      # names that could not be read (the ISeq or method entry was gone)
         self.superseded = 0         # remote reads that found a successor born since the sample
         self.unproven = 0           # remote names taken without eBPF's proof that nothing was born between
-        self.sweep_reads = 0        # ISeq reads set aside (read again) for a GC sweep before or during them
+        self.sweep_reads = 0        # ISeq reads set aside (read again) for a GC sweep before or during them,
+                                    # or refused for one started since the sample across an eBPF pause
         self.sweep_counts: list = []    # [(ns, GC sweeps started by then)], at the end of the last drains
         self.sweep_wait_left = SWEEP_WAIT_BUDGET_S  # this drain's waits for sweeps left (read_iseq)
         self.unnamed_iseqs = 0      # ISeqs written as (unknown): gone, replaced, or superseded before the read
@@ -242,6 +243,7 @@ class Drainer:
             done.append((addr, lo, info, read_ns))
         if not done:
             return
+        sweeps_now = self.remote.gc_sweeps_started()    # at or after every read above
         self.sync_ebpf()        # births until after the reads
         for addr, lo, info, read_ns in done:
             if info is not None:
@@ -249,6 +251,14 @@ class Drainer:
                     if self.born_between(addr, lo, read_ns):
                         self.superseded += 1
                         info = None
+                elif self.ebpf is not None and self.ebpf.attached_ns <= lo and \
+                        (sweeps_now is None or self.sweeps_at(lo) != sweeps_now):
+                    # the probes watched the sample but paused before the read: the ISeq the governor
+                    # let be born unseen at this address meanwhile (its instructions' buffer may be the
+                    # old one's, freed and reused) passes every check of the read; only a sweep frees
+                    # the sample's ISeq for it, so the read is taken only if none started since
+                    self.sweep_reads += 1
+                    info = None
                 else:
                     self.unproven += 1
             if info is None:

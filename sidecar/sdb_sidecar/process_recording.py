@@ -8,9 +8,9 @@ from typing import Optional
 from sdb_trace import TraceWriteError, TraceWriter
 
 from . import _sampler
+from .assembly import ReadyProcess
 from .options import Options
-from .session import Session, realtime_sampling
-from .target import Target
+from .session import realtime_sampling
 
 
 class ProcessRecording:
@@ -18,11 +18,12 @@ class ProcessRecording:
     ends, the last drain, eBPF detached), its records written as process `proc`'s. `tree`: the
     recorder.Tree it belongs to (its writer, hub and options; told when this one fails or ends)."""
 
-    def __init__(self, tree, proc: int, target: Target, sampler, opts: Options):
+    def __init__(self, tree, proc: int, ready: ReadyProcess, opts: Options):
+        target = ready.target
         self.tree = tree
         self.proc = proc
         self.target = target
-        self.session = Session(target, sampler, tree.writer.for_process(proc), opts, hub=tree.hub)
+        self.session = ready.session(tree.writer.for_process(proc), opts, hub=tree.hub)
         self.thread = threading.Thread(target=self._run, name=f"sdb-process-{target.pid}", daemon=True)
         self.title = target.command
         self.counts: Optional[dict] = None

@@ -14,9 +14,10 @@ from dataclasses import replace
 from typing import IO, Callable, Dict, List, Optional
 
 from sdb_trace import TraceWriteError, TraceWriter
-from sdb_trace.output import open_output as open_safely, printable
+from sdb_trace.output import open_output as open_safely
 
 from . import __version__, _sampler
+from .assembly import Children, ReadyProcess
 from .end_counts import file_counts, summed
 from .errors import Exit, SdbError
 from .options import Options
@@ -24,16 +25,12 @@ from .push.pusher import Pusher
 from .process import forget
 from .process_recording import ProcessRecording
 from .rotation import Files
-from .session import STALL_GRACE_S, EbpfHub, new_sampler, realtime_sampling
+from .session import STALL_GRACE_S, EbpfHub, realtime_sampling
 from .status_line import STATUS_INTERVAL_S, StatusLine
-from .target import Target, check_readable, command_line, open_target, permission_error, process_exists
-from .tree import DirectoryWatch, descendants, parent_of
+from .target import Target, command_line, permission_error
+from .tree import parent_of
 
-SCAN_S = 2.0                # the tree is looked at this often when no registry was created meanwhile ...
-PENDING_S = 0.02            # ... and this often while a new process's registry is not ready
-PENDING_GIVE_UP_S = 5.0     # a process whose registry is not ready by then is left out (counted)
 TITLE_S = 1.0               # process titles (puma's `puma: cluster worker 0`) are read again this often
-MAX_PROCESSES = 256         # processes recorded at once; more are left out (counted)
 
 
 def open_output(path: str) -> IO[bytes]:
@@ -84,8 +81,7 @@ class TreeRecording:
         else:
             out = NullOutput()
         try:
-            sampler = new_sampler(target, opts)
-            check_readable(target.pid, target.registry, sampler)
+            ready = ReadyProcess(target, opts)
         except SdbError:
             out.close()
             if out_path is not None:
@@ -105,8 +101,7 @@ class TreeRecording:
         writer = TraceWriter(out, {**header, "start_mono_ns": _sampler.monotonic_ns(),
                                    "start_wall_ns": _sampler.wall_ns()},
                              batched=True, compress=out_path is not None, tap=tap)
-        self.tree = Tree(target, sampler, writer, opts, header=header, files=self.files, out=out,
-                         pusher=self.pusher)
+        self.tree = Tree(ready, writer, opts, header=header, files=self.files, out=out, pusher=self.pusher)
         self.finished = False
         self.crash = None
 
@@ -228,14 +223,14 @@ def crashed(crash, path: str) -> SdbError:
 
 class Tree:
     """The recording of a process and, with opts.children, of its descendants that run the gem. The
-    calling thread looks for new processes (a registry appearing in the root's registry directory
-    wakes it; it looks every SCAN_S anyway) and updates the status line; each process records in
-    a thread of its own. The recording ends when the root's ends (its exit, the duration, a
-    signal): the others are stopped then. One eBPF hub serves every process."""
+    calling thread looks for new processes (assembly.Children: a registry appearing in the root's
+    registry directory wakes it; it looks every SCAN_S anyway) and updates the status line; each
+    process records in a thread of its own. The recording ends when the root's ends (its exit, the
+    duration, a signal): the others are stopped then. One eBPF hub serves every process."""
 
-    def __init__(self, root: Target, sampler, writer: TraceWriter, opts: Options, header: Optional[dict] = None,
+    def __init__(self, root: ReadyProcess, writer: TraceWriter, opts: Options, header: Optional[dict] = None,
                  files: Optional["Files"] = None, out=None, pusher: Optional[Pusher] = None):
-        self.root = root
+        self.root = root.target
         self.pusher = pusher                             # --push: its tap goes to each new file's writer
         self.writer = writer
         self.opts = opts
@@ -248,29 +243,24 @@ class Tree:
         self.by_proc: List[ProcessRecording] = []       # every recording not yet counted in a closed file
         self.next_proc = 0
         self.gone: dict = {n: {"iseqs": 0, "methods": 0} for n in ("unnamed", "renamed")}   # the summed counts of recordings let go
-        self.pending: Dict[int, float] = {}             # pid -> when first seen without a ready registry
-        self.ignored: set = set()                        # pids that are not Ruby, or run no (enabled) gem
-        self.left_out = 0                                # processes of the tree that run the gem, not recorded
-        self.too_short = 0                               # Ruby processes of the tree gone before they could be
         self.error: Optional[TraceWriteError] = None
         self.crashes: list = []                          # (pid, exception) of recordings let go (rotation)
         self.interrupted = False
         self.start_ns = writer.start_mono_ns
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._last_scan = 0.0
         self._last_titles = time.monotonic()
-        self.watch = DirectoryWatch(os.path.dirname(root.registry.path)) if opts.children else None
+        self.children = Children(root.target, opts) if opts.children else None
         if opts.children:
             _sampler.prepare_thread(realtime_sampling(opts.rate_hz))     # a sampler thread waits
-        self._add(root, sampler, parent=-1, from_start=opts.from_start)
+        self._add(root, parent=-1, from_start=opts.from_start)
 
     # ------------------------------------------------------------------ processes
-    def _add(self, target: Target, sampler, parent: int, from_start: bool) -> ProcessRecording:
+    def _add(self, ready: ReadyProcess, parent: int, from_start: bool) -> ProcessRecording:
+        target = ready.target
         proc = self.next_proc
         self.next_proc += 1
         opts = replace(self.opts, from_start=from_start)
-        pr = ProcessRecording(self, proc, target, sampler, opts)
+        pr = ProcessRecording(self, proc, ready, opts)
         self.by_proc.append(pr)
         self.procs[target.pid] = pr
         with self.writer_lock():
@@ -315,24 +305,16 @@ class Tree:
 
     def step(self) -> None:
         """Wait for a registry to appear (or the next look), then look at the tree."""
-        timeout = STATUS_INTERVAL_S
-        if self.watch is not None:
-            timeout = min(timeout, PENDING_S if self.pending else SCAN_S)
-        fds = [self.watch.fd] if self.watch is not None and self.watch.fd >= 0 else []
+        children = self.children
+        timeout = STATUS_INTERVAL_S if children is None else min(STATUS_INTERVAL_S, children.timeout())
         root_pidfd = self.by_proc[0].session.waiter.fds
-        ready = select_fds(fds + root_pidfd, timeout)
-        if self.watch is None:
-            if self.rotation_due(time.monotonic()):
-                self.rotate()
-            return
-        created = self.watch.names() if self.watch.fd in ready else []
-        for name in created:
-            if name.startswith("sdb-") and name[4:].isdigit():
-                self.ignored.discard(int(name[4:]))     # a process that exec'd a Ruby with the gem
+        select_fds((children.fds() if children is not None else []) + root_pidfd, timeout)
         now = time.monotonic()
         if self.rotation_due(now):
             self.rotate()
-        if created or self.pending or now - self._last_scan >= SCAN_S:
+        if children is None:
+            return
+        if children.due():
             self.scan()
         if now - self._last_titles >= TITLE_S:
             self._last_titles = now
@@ -340,57 +322,20 @@ class Tree:
 
     def scan(self) -> None:
         """Start recording every descendant of the root that runs the gem and is not recorded yet."""
-        self._last_scan = time.monotonic()
         if not self.by_proc[0].thread.is_alive() and self.by_proc[0].thread.ident is not None:
             return
-        live = descendants(self.root.pid)
-        self.ignored.intersection_update(live)      # a pid that is gone may come back as another process
-        for pid in live:
-            if pid in self.procs or pid in self.ignored:
-                continue
-            self._try(pid)
-        gone = [pid for pid in self.pending if not process_exists(pid)]
-        for pid in gone:
-            del self.pending[pid]
-            self.too_short += 1
+        for ready in self.children.scan(self.procs, self._active):
+            self._follow(ready)
 
-    def _try(self, pid: int) -> None:
-        now = time.monotonic()
-        first = self.pending.setdefault(pid, now)
-        try:
-            target = open_target(pid, wait_s=0)
-        except OSError as e:                        # what open_target does not foresee: never the tree's end
-            self._lost(pid, SdbError(f"cannot open its registry: {e}", Exit.FAILED))
-            return
-        except SdbError as e:
-            if e.code in (Exit.NOT_RUBY, Exit.NO_SUCH_PROCESS):
-                if self.pending.pop(pid, None) != now and e.code == Exit.NO_SUCH_PROCESS:
-                    self.too_short += 1             # a Ruby process tried before: gone before it was ready
-                self.ignored.add(pid)
-            elif now - first > PENDING_GIVE_UP_S or e.code in (Exit.FOREIGN_REGISTRY, Exit.PERMISSION):
-                self.pending.pop(pid, None)
-                self.ignored.add(pid)
-                if e.code != Exit.NO_GEM:           # a Ruby without the gem is not ours to record
-                    self.left_out += 1
-            return                                  # not ready yet: looked at again in PENDING_S
-        del self.pending[pid]
-        active = sum(1 for pr in self.by_proc if pr.thread.is_alive())
-        if active >= MAX_PROCESSES:
-            self.ignored.add(pid)
-            self.left_out += 1
-            return
-        try:
-            sampler = new_sampler(target, self.opts)
-            check_readable(pid, target.registry, sampler)
-        except SdbError as e:
-            self._lost(pid, e)
-            return
-        except OSError as e:
-            self._lost(pid, SdbError(f"cannot read it: {e}", Exit.FAILED))
-            return
-        parent = self._recorded_parent(pid)
+    def _active(self) -> int:
+        return sum(1 for pr in self.by_proc if pr.thread.is_alive())
+
+    def _follow(self, ready: ReadyProcess) -> None:
+        """A descendant found ready: a process of the trace from now on, its sampling started at once."""
+        target = ready.target
+        parent = self._recorded_parent(target.pid)
         born_since = target.info["created_mono_ns"] >= self.start_ns
-        pr = self._add(target, sampler, parent, from_start=born_since or self.opts.from_start)
+        pr = self._add(ready, parent, from_start=born_since or self.opts.from_start)
         # its first tick now, by the sampler thread parked for it, before its recording's thread
         # exists (on a loaded machine a new child's first 0.7 s was lost while a Python thread was made)
         try:
@@ -398,18 +343,6 @@ class Tree:
         except OSError:
             pass                        # its recording's thread tries again, and says why if it fails
         pr.thread.start()
-
-    def _lost(self, pid: int, e: SdbError) -> None:
-        """A descendant that could not be opened: gone meanwhile (counted too short), or left out with
-        a notice saying why."""
-        self.pending.pop(pid, None)
-        self.ignored.add(pid)
-        if e.code == Exit.NO_SUCH_PROCESS or not process_exists(pid):
-            self.too_short += 1
-            return
-        self.left_out += 1
-        if not self.opts.quiet:
-            sys.stderr.write(f"\nsdb: notice: process {pid} is not recorded: {printable(str(e))}\n")
 
     def _recorded_parent(self, pid: int) -> int:
         """The proc of the nearest recorded ancestor of pid (-1: none)."""
@@ -508,8 +441,8 @@ class Tree:
         if self.hub is not None:
             self.ebpf_summary = self.hub.symbolizer.summary() if self.hub.symbolizer is not None else None
             self.hub.close()
-        if self.watch is not None:
-            self.watch.close()
+        if self.children is not None:
+            self.children.close()
 
     def abort(self) -> None:
         for pr in self.by_proc:
@@ -537,8 +470,8 @@ class Tree:
         others = [of(pr) for pr in self.by_proc[1:] if final is False or pr.counts is not None]
         c = summed(of(root), [*others, self.gone])
         c["processes"] = self.next_proc
-        c["processes_left_out"] = self.left_out
-        c["processes_too_short"] = self.too_short
+        c["processes_left_out"] = self.children.left_out if self.children is not None else 0
+        c["processes_too_short"] = self.children.too_short if self.children is not None else 0
         if final and getattr(self, "ebpf_summary", None) is not None:
             c["ebpf"] = self.ebpf_summary
         if self.interrupted:

@@ -1,6 +1,6 @@
 """One look at every thread's stack, like jstack: innermost frame first.
 
-A few ticks of a recording Session (session.py: the Sampler and Drainer of every recording), into
+A few ticks of a recording Session (assembled as every recording's: assembly.ReadyProcess), into
 memory (sdb_trace.MemoryTrace) instead of a file, and the frames named by sdb-symbolize's Resolver: a snapshot names a frame exactly as a
 recording of the same moment would."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Dict, Tuple
 from sdb_symbolize.resolve import Frame, Resolver
 from sdb_trace import MemoryTrace
 
+from .assembly import ReadyProcess
 from .options import DEFAULTS, Options
-from .session import Session, new_sampler
 from .target import Target, permission_error
 
 TICKS = 5  # a thread whose read is torn twice in one tick gets another tick
@@ -31,12 +31,12 @@ class FirstStacks(MemoryTrace):
 
 
 def snapshot(target: Target, opts: Options = DEFAULTS) -> dict:
-    sampler = new_sampler(target, opts)
+    ready = ReadyProcess(target, opts)
     trace = FirstStacks({"pid": target.pid, "ruby": target.info["ruby"], "rate_hz": opts.rate_hz})
-    session = Session(target, sampler, trace, opts)
+    session = ready.session(trace, opts)
     for _ in range(TICKS):
         if not session.tick():
-            raise permission_error(target.pid, OSError(sampler.fatal_errno, "read failed"))
+            raise permission_error(target.pid, OSError(ready.sampler.fatal_errno, "read failed"))
         if {t["serial"] for t in target.registry.threads()} <= set(trace.first):
             break
     live = {t["serial"] for t in target.registry.threads()}

@@ -309,7 +309,7 @@ def test_a_child_whose_registry_goes_as_it_is_opened_is_a_process_without_the_ge
 
 def test_a_child_that_cannot_be_opened_is_left_out_and_the_recording_goes_on(ruby_target, monkeypatch, tmp_path):
     # GIVEN a parent with a child running the gem, and any unforeseen error opening the child
-    from sdb_sidecar import recorder
+    from sdb_sidecar import assembly, recorder
     from sdb_sidecar.options import Options
     from sdb_sidecar.target import open_target
     tree = Tree(ruby_target("forking_tree.rb"))
@@ -321,7 +321,7 @@ def test_a_child_that_cannot_be_opened_is_left_out_and_the_recording_goes_on(rub
         if pid == child:
             raise OSError(5, "Input/output error")
         return open_target(pid, wait_s)
-    monkeypatch.setattr(recorder, "open_target", failing)
+    monkeypatch.setattr(assembly, "open_target", failing)
     # WHEN the tree is recorded for 3 s
     out = tmp_path / "t.msgpack"
     counts = recorder.record(root, str(out), Options(duration_s=3, quiet=True, ebpf=False),

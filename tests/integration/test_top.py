@@ -138,3 +138,46 @@ def test_top_counts_a_process_and_the_children_it_forks_in_one_table(ruby_target
                               "both children's work", timeout=60)
     assert re.search(r"Threads: 3 ", screen), screen
     tmux.send("q")
+
+
+def test_top_follows_the_tree_as_it_changes_children_from_before_it_began_and_after_one_ended(ruby_target, tmux):
+    # GIVEN a parent with a child forked and working before top began
+    from test_process_tree import Tree
+    tree = Tree(ruby_target("forking_tree.rb"))
+    tree.fork("a")
+    tree.go("a")
+    tmux.type_line(f"{shlex.join([*SIDECAR, 'top', '--pid', str(tree.t.pid)])}; echo TOP-EXIT=$?")
+    # THEN that child is counted in the table from the start
+    tmux.wait_screen(lambda s: "(+1 child processes)" in s and "work_in_a" in s, "the first child's work",
+                     timeout=60)
+    # WHEN it is killed, THEN it leaves the table, the parent alone is watched
+    tree.kill("a")
+    tmux.wait_screen(lambda s: f"sdb top: pid {tree.t.pid}" in s and "child processes" not in s
+                     and "work_in_a" not in s, "the first child gone", timeout=60)
+    # WHEN another child is forked and works, THEN it joins the table
+    tree.fork("b")
+    tree.go("b")
+    screen = tmux.wait_screen(lambda s: "(+1 child processes)" in s and "work_in_b" in s, "the second child's work",
+                              timeout=60)
+    assert "work_in_a" not in screen, screen
+    tmux.send("q")
+    screen = tmux.wait_screen(lambda s: re.search(r"^TOP-EXIT=\d+$", s, re.M), "top's exit")
+    assert re.search(r"^TOP-EXIT=0$", screen, re.M), screen
+
+
+def test_top_no_children_watches_the_process_alone(ruby_target, tmux):
+    # GIVEN a parent with a child forked and working before top began
+    from test_process_tree import Tree
+    tree = Tree(ruby_target("forking_tree.rb"))
+    tree.fork("a")
+    tree.go("a")
+    # WHEN top watches the parent with --no-children, idle threads shown (the parent waits on its stdin)
+    tmux.type_line(shlex.join([*SIDECAR, "top", "--pid", str(tree.t.pid), "--no-children"]))
+    tmux.wait_screen(lambda s: f"sdb top: pid {tree.t.pid}" in s, "top's header")
+    tmux.send("i")
+    # THEN 3 s of the parent's samples later (a followed child joins at top's first look), the table
+    # counts the parent's one thread alone
+    screen = tmux.wait_screen(lambda s: "idle shown" in s and samples_shown(s) >= 300, "300 samples", timeout=60)
+    assert "child processes" not in screen and "work_in_a" not in screen, screen
+    assert re.search(r"Threads: 1 ", screen), screen
+    tmux.send("q")

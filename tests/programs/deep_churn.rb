@@ -1,17 +1,9 @@
 # Threads recursing to ever-changing depths, so the sidecar keeps writing new stacks and samples:
 # a trace that grows fast. Prints "ready <pid>" and runs until stdin closes (or for ARGV[0] seconds).
-def down(n, until_t)
-  return up(until_t) if n.zero?
-  down(n - 1, until_t)
-end
-
-def up(until_t)
-  x = 0
-  x += 1 while Process.clock_gettime(Process::CLOCK_MONOTONIC) < until_t
-  x
-end
-
+require_relative "descend"
 require "sdb"
+
+SPIN = 25_000 # iterations at the bottom of each descent: a few ms
 
 stop = false
 threads = 4.times.map do |i|
@@ -19,7 +11,7 @@ threads = 4.times.map do |i|
     Thread.current.name = "churn-#{i}"
     depth = 1
     until stop
-      down(depth, Process.clock_gettime(Process::CLOCK_MONOTONIC) + 0.003)
+      descend(depth, SPIN)
       depth = depth % 400 + 1 + i
     end
   end

@@ -7,7 +7,8 @@ pprof by the npm `pprof-format` package (names, labels, values) and by `go tool 
 classes. The real Pyroscope client (pyroscope-io) is decoded by the same code (its test).
 
 Behaviours for the failure tests: `status` (answer every request with it), `retry_after`, `hang`
-(accept, read, never answer), `down()`/`up()` (the port refuses connections, then listens again)."""
+(accept, read, never answer), `down()`/`up()` (the port refuses connections, then listens again).
+The benchmarks (push_cost, agent_cost) take the same server without the decoding: RawReceiver."""
 from __future__ import annotations
 
 import gzip
@@ -22,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, urlsplit
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -159,18 +160,23 @@ class Received:
         return [(labels, raw) for labels, raws in self.series for raw in raws]
 
 
-class PushReceiver:
-    """The HTTP server, in a thread, on 127.0.0.1 (a free port, kept across down()/up())."""
+def answer(h: BaseHTTPRequestHandler, status: int, body: bytes = b"", headers: Tuple[Tuple[str, str], ...] = ()) -> None:
+    """One HTTP answer: the status, the headers, the body and its length."""
+    h.send_response(status)
+    for name, value in headers:
+        h.send_header(name, value)
+    h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    if body:
+        h.wfile.write(body)
 
-    def __init__(self):
-        self.received: List[Received] = []
-        self.requests = 0               # every request that reached a handler, answered or not
-        self.status = 200
-        self.retry_after: Optional[str] = None
-        self.hang = False
-        self.errors: List[str] = []     # payloads that did not decode (a test asserts none)
-        self._cond = threading.Condition()
-        self._release = threading.Event()
+
+class LoopbackServer:
+    """An HTTP server in a thread on 127.0.0.1 (a free port, kept across down()/up()) that gives each
+    POST, its body read, to on_post(handler, body), which answers it."""
+
+    def __init__(self, on_post: Callable[[BaseHTTPRequestHandler, bytes], None]):
+        self._on_post = on_post
         self.server: Optional[ThreadingHTTPServer] = None
         self.port = 0
         self.up()
@@ -180,7 +186,7 @@ class PushReceiver:
         return f"http://127.0.0.1:{self.port}"
 
     def up(self) -> None:
-        receiver = self
+        on_post = self._on_post
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -189,7 +195,7 @@ class PushReceiver:
                 pass
 
             def do_POST(self):
-                receiver._handle(self)
+                on_post(self, self.rfile.read(int(self.headers.get("Content-Length") or 0)))
 
         ThreadingHTTPServer.allow_reuse_address = True
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
@@ -205,12 +211,54 @@ class PushReceiver:
             self.server = None
 
     def close(self) -> None:
+        self.down()
+
+
+class RawReceiver(LoopbackServer):
+    """The benchmarks' receiver: answers 200 at once and decodes nothing; keeps (path, body bytes,
+    arrival ns) of each request (keep=False: only counts their bytes)."""
+
+    def __init__(self, keep: bool = True):
+        self.keep = keep
+        self.got: List[Tuple[str, bytes, int]] = []
+        self.bytes = 0
+        self._lock = threading.Lock()
+        super().__init__(self._post)
+
+    def _post(self, h: BaseHTTPRequestHandler, body: bytes) -> None:
+        arrived = time.time_ns()
+        with self._lock:
+            self.bytes += len(body)
+            if self.keep:
+                self.got.append((h.path, body, arrived))
+        answer(h, 200, b"{}")
+
+    def take(self) -> List[Tuple[str, bytes, int]]:
+        """The requests kept since the last take()."""
+        with self._lock:
+            got, self.got = self.got, []
+        return got
+
+
+class PushReceiver(LoopbackServer):
+    """The tests' receiver: decodes every request (Received), with the behaviours of the failure tests."""
+
+    def __init__(self):
+        self.received: List[Received] = []
+        self.requests = 0               # every request that reached a handler, answered or not
+        self.status = 200
+        self.retry_after: Optional[str] = None
+        self.hang = False
+        self.errors: List[str] = []     # payloads that did not decode (a test asserts none)
+        self._cond = threading.Condition()
+        self._release = threading.Event()
+        super().__init__(self._handle)
+
+    def close(self) -> None:
         self._release.set()
         self.down()
 
-    def _handle(self, h: BaseHTTPRequestHandler) -> None:
-        n = int(h.headers.get("Content-Length") or 0)
-        body = h.rfile.read(n)
+    def _handle(self, h: BaseHTTPRequestHandler, body: bytes) -> None:
         with self._cond:
             self.requests += 1
             self._cond.notify_all()
@@ -218,28 +266,19 @@ class PushReceiver:
             self._release.wait()
             return
         if self.status != 200:
-            h.send_response(self.status)
-            if self.retry_after is not None:
-                h.send_header("Retry-After", self.retry_after)
-            h.send_header("Content-Length", "11")
-            h.end_headers()
-            h.wfile.write(b"not today\n\n")
+            answer(h, self.status, b"not today\n\n",
+                   (("Retry-After", self.retry_after),) if self.retry_after is not None else ())
             return
         try:
             rec = self._decode(h, body)
         except Exception as e:      # an undecodable payload: told to the test, answered 400
             self.errors.append(f"{h.path}: {type(e).__name__}: {e}")
-            h.send_response(400)
-            h.send_header("Content-Length", "0")
-            h.end_headers()
+            answer(h, 400)
             return
         with self._cond:
             self.received.append(rec)
             self._cond.notify_all()
-        h.send_response(200)
-        h.send_header("Content-Length", "2")
-        h.end_headers()
-        h.wfile.write(b"{}")
+        answer(h, 200, b"{}")
 
     def _decode(self, h: BaseHTTPRequestHandler, body: bytes) -> Received:
         parts = urlsplit(h.path)

@@ -195,3 +195,34 @@ def test_a_sweep_in_progress_since_before_the_sample_does_not_stop_the_read():
     d.name_remotely()
     # THEN it is named at once: what was alive at the sample is freed only by a sweep started after it
     assert d.writer.iseqs == [(A, lo, "remote", NAME)] and d.sweep_reads == 0
+
+
+def paused_ebpf():
+    """eBPF's view of a target whose creation probes were attached before the samples and paused
+    (the governor) before the reads: births in between are not seen."""
+    return SimpleNamespace(attached_ns=0, paused=True, attached_throughout=lambda a, b: False,
+                           sync=lambda: None, take=lambda: [])
+
+
+@pytest.mark.parametrize("sweep_since", [True, False])
+def test_a_read_across_an_ebpf_pause_is_taken_only_if_no_sweep_started_since_the_sample(sweep_since):
+    # GIVEN a sample of the ISeq at A while the probes were attached, then a pause; and, when
+    # sweep_since, a sweep that started and ended before the read: it may have freed the sample's
+    # ISeq and let another be born at A unseen on the same instructions' buffer, reading whole
+    d = drainer_over(Remote(failures=0))
+    d.ebpf = paused_ebpf()
+    d.note_sweeps()
+    lo = drainer._sampler.monotonic_ns()
+    if sweep_since:
+        d.remote.sweeps += 1
+    d.to_read.append((A, lo, INSTRUCTIONS))
+    # WHEN the Drainer names it
+    d.name_remotely()
+    # THEN after such a sweep the ISeq is (unknown) and counted, never the name read; without one the
+    # read is taken, counted as unproven
+    if sweep_since:
+        assert d.writer.iseqs == [(A, lo, "remote", UNKNOWN_ISEQ)]
+        assert (d.unnamed_iseqs, d.sweep_reads, d.unproven) == (1, 1, 0)
+    else:
+        assert d.writer.iseqs == [(A, lo, "remote", NAME)]
+        assert (d.unnamed_iseqs, d.sweep_reads, d.unproven) == (0, 0, 1)

@@ -6,19 +6,19 @@ import os
 import signal
 import sys
 import time
+from typing import Dict, Optional, Tuple
 
 from .. import _sampler
+from ..assembly import Children, ReadyProcess
 from ..errors import Exit, SdbError
 from ..options import TOP_RATE_HZ, TOP_WINDOW_S, Options
 from ..live import LiveProfile, Settings, TABLE_HEAD, command_text, merge_views, screen_lines
-from ..process import alive
-from ..session import DRAIN_INTERVAL_S, Session, new_sampler
-from ..target import check_readable, open_target, permission_error
-from ..tree import descendants
+from ..process import alive, forget
+from ..session import DRAIN_INTERVAL_S, Session
+from ..target import open_target, permission_error
 from .common import add_depth_argument, positive_float
 
 REFRESH_S = 1.0
-TREE_S = 1.0            # the process's descendants are looked at this often (their processes join the view)
 SORT_KEYS = {ord("1"): 0, ord("2"): 1, ord("3"): 2, ord("4"): 3, ord("o"): 0, ord("t"): 1}
 
 
@@ -47,17 +47,16 @@ class TopCommand:
             raise SdbError("top draws on a terminal: run it in one (or use attach/snapshot)", Exit.USAGE)
         # the watcher needs no eBPF: names are read when first sampled
         opts = Options.from_args(args, quiet=True, ebpf=False, duration_s=0.0)
-        sampler = new_sampler(target, opts)
-        check_readable(target.pid, target.registry, sampler)
+        ready = ReadyProcess(target, opts)
         live = LiveProfile({"pid": target.pid, "ruby": target.info["ruby"], "rate_hz": opts.rate_hz}, args.window)
-        session = Session(target, sampler, live, opts)
+        session = ready.session(live, opts)
         info = {"pid": target.pid, "command": command_text(target.command), "rate_hz": opts.rate_hz,
                 "window_s": args.window, "achieved_hz": 0.0, "exited": False,
                 "ruby": target.info["ruby"] + (" +YJIT" if "+YJIT" in target.info.get("ruby_description", "")
                                                else "")}
         old = {s: signal.signal(s, _quit) for s in (signal.SIGTERM, signal.SIGHUP)}
         session.start()
-        screen = Screen(session, live, info, opts, children=not args.no_children)
+        screen = Screen(session, live, info, opts, Children(target, opts) if opts.children else None)
         try:
             curses.wrapper(screen.loop)
         except (_Quit, KeyboardInterrupt):
@@ -68,9 +67,11 @@ class TopCommand:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
-            for sess, _ in screen.watched:
+            for sess, _ in screen.watched.values():
                 sess.abort()
                 sess.close()
+            if screen.children is not None:
+                screen.children.close()
         if session.reason() == "permission":
             raise permission_error(target.pid, PermissionError(1, "Operation not permitted"))
         return 0
@@ -88,43 +89,38 @@ class Screen:
     """The screen, and what it watches: the process, and (children) each descendant that runs the gem,
     each with its own Session and LiveProfile; the table counts them all together."""
 
-    def __init__(self, session: Session, live: LiveProfile, info: dict, opts: Options = None, children: bool = False):
+    def __init__(self, session: Session, live: LiveProfile, info: dict, opts: Options,
+                 children: Optional[Children] = None):
         self.session = session
         self.sampler = session.sampler
         self.live = live
         self.info = info
         self.opts = opts
         self.children = children
-        self.watched = [(session, live)]
-        self.seen = {session.target.pid}
-        self.last_tree = 0.0
+        # pid -> its Session and LiveProfile: the process first, then each descendant while it runs
+        self.watched: Dict[int, Tuple[Session, LiveProfile]] = {session.target.pid: (session, live)}
         self.settings = Settings()
         self.lines = []
         self.exited_ns = 0      # when the target was seen gone: the window stops moving there
 
     def follow(self) -> None:
-        """Watch the descendants that run the gem and are not watched yet (others are left alone)."""
-        now = time.monotonic()
-        if not self.children or now - self.last_tree < TREE_S:
+        """Watch the descendants that run the gem as they appear, found and opened as attach finds and
+        opens them (assembly.Children); a descendant's whose recording ended is let go (its pid may
+        come back as another process)."""
+        for pid, (sess, _) in list(self.watched.items())[1:]:
+            if not sess.running():
+                del self.watched[pid]
+                sess.close()
+                forget(pid)
+        if self.children is None or not self.children.due():
             return
-        self.last_tree = now
-        for pid in descendants(self.info["pid"]):
-            if pid in self.seen:
-                continue
-            try:
-                target = open_target(pid, wait_s=0)
-                sampler = new_sampler(target, self.opts)
-                check_readable(pid, target.registry, sampler)
-            except SdbError as e:
-                if e.code not in (Exit.NO_GEM, Exit.REGISTRY_FORMAT, Exit.GEM_DISABLED):
-                    self.seen.add(pid)      # not Ruby, gone, refused: not looked at again
-                continue
-            self.seen.add(pid)
-            live = LiveProfile({"pid": pid, "ruby": target.info["ruby"], "rate_hz": self.opts.rate_hz},
+        for ready in self.children.scan(self.watched, lambda: len(self.watched)):
+            pid = ready.target.pid
+            live = LiveProfile({"pid": pid, "ruby": ready.target.info["ruby"], "rate_hz": self.opts.rate_hz},
                                self.live.window_ns / 1e9)
-            session = Session(target, sampler, live, self.opts)
+            session = ready.session(live, self.opts)
             session.start()
-            self.watched.append((session, live))
+            self.watched[pid] = (session, live)
 
     def loop(self, scr) -> None:
         try:
@@ -137,7 +133,7 @@ class Screen:
             key = scr.getch()
             if key in (ord("q"), ord("Q")):
                 return
-            for sess, _ in self.watched[1:]:
+            for sess, _ in list(self.watched.values())[1:]:
                 if sess.running():
                     sess.step(wait=False)
             self.follow()
@@ -174,7 +170,7 @@ class Screen:
         if stats["ticks"] > 1 and stats["last_tick_ns"] > stats["start_ns"]:
             self.info["achieved_hz"] = (stats["ticks"] - 1) * 1e9 / (stats["last_tick_ns"] - stats["start_ns"])
         now = self.exited_ns or _sampler.monotonic_ns()
-        views = [live.view(now, self.settings.lines, self.settings.idle) for sess, live in self.watched
+        views = [live.view(now, self.settings.lines, self.settings.idle) for sess, live in self.watched.values()
                  if sess is self.session or sess.running()]
         view = merge_views(views)
         self.info["processes"] = len(views)
