@@ -243,7 +243,8 @@ class Drainer:
             done.append((addr, lo, info, read_ns))
         if not done:
             return
-        sweeps_now = self.remote.gc_sweeps_started()    # at or after every read above
+        # at or after every read above; only a read across an eBPF pause asks for it (below)
+        sweeps_now = self.remote.gc_sweeps_started() if self.ebpf is not None else None
         self.sync_ebpf()        # births until after the reads
         for addr, lo, info, read_ns in done:
             if info is not None:
