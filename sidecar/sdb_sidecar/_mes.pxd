@@ -22,6 +22,6 @@ cdef class MethodEntries(Reads):
             return inner
         return 0
 
-    cdef uint64_t me_def_iseq(self, uint64_t me) noexcept nogil
+    cdef uint64_t me_def_iseq(self, uint64_t me, int again=*) noexcept nogil
     cdef uint64_t env_me(self, const Job *job, const uint64_t *epd) noexcept nogil
     cdef void find_mes(self, Job *job) noexcept nogil

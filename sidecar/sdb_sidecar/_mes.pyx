@@ -53,11 +53,15 @@ cdef class MethodEntries(Reads):
             sdb_intern_insert(&self.types, sdb_mix64(v), &ent)     # not kept when memory runs out
         return t
 
-    cdef uint64_t me_def_iseq(self, uint64_t me) noexcept nogil:
+    cdef uint64_t me_def_iseq(self, uint64_t me, int again=0) noexcept nogil:
         """What the method entry at `me` runs: its definition's ISeq for a `def` method, INNER_NOT_ISEQ
         for any other kind (a C function's, a define_method's), 0 when it cannot be read (or this Ruby's
         row has no definition ISeq). Read once per entry (a defined method's entry lives as long as
-        its method)."""
+        its method), and again when `again`: the kept read can be older than a move of the
+        definition's ISeq (a compaction moves the ISeq and updates the definition, while an entry
+        that is pinned stays at its address: under YJIT, every frame of a moved method was refused
+        after GC.verify_compaction_references until its entry was read again) or than the entry's
+        slot given to another entry."""
         cdef TypeEnt *t
         cdef uint8_t mb[ME_SPAN]
         cdef uint8_t db[64]
@@ -66,7 +70,7 @@ cdef class MethodEntries(Reads):
         if self.L.def_iseq == LAYOUT_NA:
             return 0
         t = <TypeEnt *>sdb_intern_find_u64(&self.types, sdb_mix64(me), me)
-        if t != NULL and t.def_read:
+        if t != NULL and t.def_read and not again:
             return t.inner
         span = (self.L.def_iseq if self.L.def_iseq > self.L.def_type else self.L.def_type) + 8
         if span > 64 or self.read1(me, mb, ME_SPAN) != ME_SPAN:

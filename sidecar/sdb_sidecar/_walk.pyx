@@ -205,6 +205,8 @@ cdef class Walk(MethodEntries):
         if e.local_iseq == 0:
             return 0
         di = self.me_def_iseq(me)
+        if (di == INNER_NOT_ISEQ and of_method) or (di != 0 and di != INNER_NOT_ISEQ and di != e.local_iseq):
+            di = self.me_def_iseq(me, 1)    # the entry's kept read may be older than a move: read it now
         if di == INNER_NOT_ISEQ:
             return of_method
         return di != 0 and di != e.local_iseq
@@ -416,6 +418,8 @@ cdef class Walk(MethodEntries):
                 self.note_me(f.me, job.lo_ns)
             elif f.kind == KIND_CFUNC:
                 def_iseq = self.me_def_iseq(f.me)
+                if def_iseq != 0 and def_iseq != INNER_NOT_ISEQ:
+                    def_iseq = self.me_def_iseq(f.me, 1)    # the kept read may be an older entry's
                 if def_iseq != 0 and def_iseq != INNER_NOT_ISEQ:
                     # a `def` method's entry in a C function's frame: Ruby pushes a C frame only
                     # with its C method's entry (vm_call_cfunc_with_frame), so these env words are
