@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -76,6 +77,21 @@ class AppsOfNobody(Apps):
                                           str(self.script(what))]))
         with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
             return int(f.read().split()[0])
+
+    def close(self) -> None:
+        """SIGTERM first: the gem removes its registry at exit (the host's app's is in this host's
+        /dev/shm), then test_agent's SIGKILL for what is left."""
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        super().close()
 
 
 @pytest.fixture
@@ -161,7 +177,9 @@ def test_the_agent_from_the_image_pushes_every_app_with_its_labels(rootfs, manif
     text = err_path.read_text()
     # THEN it ends every recording and exits 0
     assert code == 0, text
-    assert "sdb: agent: stopped: 2 process trees recorded, 0 left out, 0 failed" in text, text
+    # (other Ruby programs of this machine may be counted as left out: --include is applied to a
+    # registry the agent could open)
+    assert re.search(r"^sdb: agent: stopped: 2 process trees recorded, \d+ left out, 0 failed$", text, re.M), text
 
 
 def test_each_capability_the_manifest_adds_is_needed_to_read_an_app(rootfs, manifest, apps):
@@ -181,4 +199,6 @@ def test_each_capability_the_manifest_adds_is_needed_to_read_an_app(rootfs, mani
     for left_out in caps:
         r = attach([c for c in caps if c != left_out])
         assert r.returncode == Exit.PERMISSION, (left_out, r.returncode, r.stderr)
-        assert "permission" in r.stderr, (left_out, r.stderr)
+        # AND its one line names the capability to add
+        assert r.stderr.startswith("sdb-sidecar: error: ") and r.stderr.count("\n") == 1, (left_out, r.stderr)
+        assert f"CAP_{left_out}" in r.stderr, (left_out, r.stderr)

@@ -1,7 +1,7 @@
 """deploy/Dockerfile and scripts/image-rootfs, which proves its steps without Docker, cannot drift
 apart: the script reads the Dockerfile and runs its instructions, and refuses one it does not run as
 Docker would, so a Dockerfile it accepts is one it runs whole. The build itself (debootstrap, apt,
-pip: ~350 MB downloaded cold) is on demand: `scripts/image-rootfs check` (docs/agent.md)."""
+pip: ~230 MB downloaded cold) is on demand: `scripts/image-rootfs check` (docs/agent.md)."""
 from __future__ import annotations
 
 import importlib.machinery
