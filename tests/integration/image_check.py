@@ -24,10 +24,7 @@ import yaml
 from sdb_sidecar.errors import Exit
 
 from conftest import SDB_RUBY, SDB_RUBY_ARGS, wait_for
-from test_agent import APP, CONTAINER_INIT, Apps, decoded, resources, walls
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
-from push_receiver import PushReceiver  # noqa: E402
+from test_agent import APP, CONTAINER_INIT, Apps, decoded, receiver, resources, walls  # noqa: F401 (receiver: its fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 ROOTFS = os.environ.get("SDB_IMAGE_ROOTFS", "")
@@ -104,13 +101,6 @@ def apps():
     for f in d.iterdir():
         f.unlink()
     d.rmdir()
-
-
-@pytest.fixture
-def receiver():
-    r = PushReceiver()
-    yield r
-    r.close()
 
 
 def in_image(rootfs: Path, caps, argv) -> list:
