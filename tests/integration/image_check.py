@@ -42,7 +42,7 @@ def image_rootfs():
 
 @pytest.fixture(scope="module")
 def rootfs() -> Path:
-    if not ROOTFS or not (Path(ROOTFS) / "opt" / "sdb" / "bin" / "sdb-sidecar").exists():
+    if not ROOTFS or not (Path(ROOTFS) / entrypoint()[0].lstrip("/")).exists():
         pytest.fail("no image root filesystem: run this check with `scripts/image-rootfs check`")
     return Path(ROOTFS)
 
@@ -110,6 +110,12 @@ def in_image(rootfs: Path, caps, argv) -> list:
     return m.chroot_argv(rootfs, m.clean_env_argv(m.capabilities_argv(caps, argv)), read_only=True)
 
 
+def entrypoint() -> list:
+    """The image's ENTRYPOINT, as the Dockerfile says (`sdb-sidecar agent`)."""
+    m = image_rootfs()
+    return m.entrypoint(m.parse(m.DOCKERFILE.read_text()))
+
+
 def pointed_at(args, url: str) -> list:
     """The manifest's arguments, each --push URL replaced by the receiver's (its KIND kept)."""
     out = list(args)
@@ -127,8 +133,7 @@ def test_the_agent_from_the_image_pushes_every_app_with_its_labels(rootfs, manif
     caps = manifest["securityContext"]["capabilities"]["add"]
     # WHEN the image's entrypoint runs with the manifest's arguments (pushing every 5 s, and only
     # this check's apps: the machine runs other Ruby programs)
-    argv = in_image(rootfs, caps, ["/opt/sdb/bin/sdb-sidecar", "agent",
-                                   *pointed_at(manifest["args"], receiver.url),
+    argv = in_image(rootfs, caps, [*entrypoint(), *pointed_at(manifest["args"], receiver.url),
                                    "--push-interval", "5", "--include", "sdbimage_*"])
     err_path = rootfs.parent / "check-agent.stderr"
     with open(err_path, "w") as err:
@@ -178,7 +183,7 @@ def test_each_capability_the_manifest_adds_is_needed_to_read_an_app(rootfs, mani
     caps = manifest["securityContext"]["capabilities"]["add"]
 
     def attach(with_caps):
-        argv = in_image(rootfs, with_caps, ["/opt/sdb/bin/sdb-sidecar", "attach", "--pid", str(pid), "--no-ebpf",
+        argv = in_image(rootfs, with_caps, [entrypoint()[0], "attach", "--pid", str(pid), "--no-ebpf",
                                             "--duration", "1", "-o", "/dev/shm/check.msgpack", "--quiet"])
         return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
 
