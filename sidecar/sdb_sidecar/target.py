@@ -18,6 +18,9 @@ MAGIC = SDB_REGISTRY_MAGIC.encode("latin-1")    # the header's 8 bytes, NULs inc
 PERMISSION_HINT = ("sdb-sidecar needs CAP_SYS_PTRACE (root has it unless it was dropped, as in a container: "
                    "add it) or to run as the app's own user (with kernel.yama.ptrace_scope=1 a non-root "
                    "user may only read its own children: use `sdb-sidecar record -- CMD`)")
+# the registry is a 0600 file of the app's user, opened read-only: root reads it with CAP_DAC_READ_SEARCH
+REGISTRY_HINT = ("the registry is the app's user's alone (mode 600): sdb-sidecar needs to run as that user, or "
+                 "as root with CAP_DAC_READ_SEARCH (root has it unless it was dropped, as in a container: add it)")
 
 
 @dataclass
@@ -189,7 +192,7 @@ def open_target(pid: int, wait_s: float = 2.0) -> Target:
     except FileNotFoundError:
         _no_registry(pid, path, stale=False)        # removed since the lstat: the process is ending
     except PermissionError:
-        raise SdbError(f"cannot read {path}: permission denied; {PERMISSION_HINT}", Exit.PERMISSION) from None
+        raise SdbError(f"cannot read {path}: permission denied; {REGISTRY_HINT}", Exit.PERMISSION) from None
     except _registry.RegistryError as e:
         raise SdbError(str(e), Exit.REGISTRY_FORMAT) from None
     if reg.magic != MAGIC:
