@@ -1,4 +1,4 @@
-"""The eBPF symbolizer's probes in and out of each recorded process (`ebpf.EbpfSymbolizer` is a
+"""The eBPF symbolizer's probes in and out of each recorded process (`symbolizer.EbpfSymbolizer` is a
 `ProbeAttachment`): its creation probes as uprobe_multi links where the kernel has them, else bcc's
 perf events; the GC mover's probe; the program's pause flag, set here and mapped for the samplers;
 taking the creation probes out without stalling the app (`uprobe_link`)."""

@@ -1,6 +1,6 @@
 """Loading eBPF programs with bcc: where bcc comes from (the distribution's Python module), whether
 this machine can run them at all, where the programs' sources are, and the compile's priority.
-`ebpf.py` (the ISeq symbolizer) and `kview.py` (Ruby 3.1's kernel view) load theirs through it."""
+`symbolizer.py` (the ISeq symbolizer) and `kview.py` (Ruby 3.1's kernel view) load theirs through it."""
 from __future__ import annotations
 
 import contextlib
@@ -15,10 +15,10 @@ from typing import Optional
 
 
 def bpf_source(name: str) -> str:
-    """The text of an eBPF program (bpf/NAME): shipped inside the package (sdb_sidecar/bpf/, as a
-    wheel installs it: pyproject.toml maps bpf/ there), or in the source tree beside it."""
+    """The text of an eBPF program (bpf/NAME): shipped inside the package (sdb_sidecar/ebpf/bpf/, as a
+    wheel installs it: pyproject.toml maps bpf/ there), or in the source tree's bpf/."""
     here = Path(__file__).resolve().parent
-    for d in (here / "bpf", here.parent.parent / "bpf"):
+    for d in (here / "bpf", here.parents[2] / "bpf"):
         if (d / name).is_file():
             return (d / name).read_text()
     raise EbpfUnavailable(f"the eBPF program {name} is missing from this installation ({here / 'bpf'})")
@@ -26,7 +26,7 @@ def bpf_source(name: str) -> str:
 
 # bcc compiles the program with clang in this thread: about a second of CPU, while the app may be
 # booting on the same cores. At this niceness the app's threads (nice 0) get ~10x its share when
-# they compete; on an idle core it runs as fast. Sampling does not wait for it (session.EbpfHub).
+# they compete; on an idle core it runs as fast. Sampling does not wait for it (hub.EbpfHub).
 COMPILE_NICE = 10
 # ... but not for ever: an app that keeps every core busy (puma workers under load, a CPU-bound
 # tree) leaves a nice-10 compile ~10 % of a CPU, and a recording of a few seconds ended before its

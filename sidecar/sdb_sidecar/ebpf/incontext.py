@@ -32,7 +32,7 @@ import threading
 from typing import Optional
 
 from . import bpfload
-from ._sampler import ctx_slot_size
+from ..sampler._sampler import ctx_slot_size
 from .bpfload import EbpfUnavailable, MappedProgram, _import_bcc, bpf_source, check_available, compile_bpf
 from .threadtimers import ThreadTimers
 

@@ -33,14 +33,16 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
-from . import _sampler, probes, process, uprobe_link
+from ..sampler import _sampler
+from . import probes, uprobe_link
+from ..target import process
 from .bpfload import EbpfUnavailable, _import_bcc, bpf_source, check_available, compile_bpf
-from .ebpf_attach import ProbeAttachment, ProbedProcess
+from .attach import ProbeAttachment, ProbedProcess
 from .governor import BACKOFF_MAX_S, DEFAULT_MAX_RATE, Governor
 from .iseq_events import (EV_MOVE, EV_NEW, F_BASE_IS_LABEL, F_NO_REALPATH, F_REALPATH_IS_PATH, F_TRUNCATED,
                           F_UNREADABLE, HDR_SIZE, EventHdr, bpf_cflags)
-from .symbols import trace_iseq_type
-from .wakeup import Wakeup
+from ..target.symbols import trace_iseq_type
+from ..sampler.wakeup import Wakeup
 
 __all__ = ["DEFAULT_MAX_RATE", "EbpfSymbolizer", "EbpfUnavailable", "Governor", "bpf_source", "check_available"]
 

@@ -1,11 +1,11 @@
-"""One process's view of the tree's eBPF symbolizer (ebpf.EbpfSymbolizer): what its Drainer and the
+"""One process's view of the tree's eBPF symbolizer (symbolizer.EbpfSymbolizer): what its Drainer and the
 status line read."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, List
 
 if TYPE_CHECKING:
-    from .ebpf import EbpfSymbolizer
+    from .symbolizer import EbpfSymbolizer
 
 
 class EbpfView:

@@ -12,11 +12,12 @@ from typing import Callable, Container, Dict, Iterator, List, Optional
 
 from sdb_trace.output import printable
 
-from .errors import Exit, SdbError
+from ..errors import Exit, SdbError
 from .options import Options
-from .session import EbpfHub, Session, new_sampler
-from .target import Target, check_readable, open_target, process_exists
-from .tree import DirectoryWatch, descendants
+from ..ebpf.hub import EbpfHub
+from .session import Session, new_sampler
+from ..target.target import Target, check_readable, open_target, process_exists
+from ..target.tree import DirectoryWatch, descendants
 
 SCAN_S = 2.0                # the tree is looked at this often when no registry was created meanwhile ...
 PENDING_S = 0.02            # ... and this often while a new process's registry is not ready

@@ -8,10 +8,10 @@ from typing import Optional
 from sdb_trace import TraceWriter
 from sdb_trace.registry_h import SDB_TRACE_ID_AT, SDB_TRACE_ID_LEN, SDB_TRACE_SPAN_AT, SDB_TRACE_SPAN_LEN
 
-from . import _sampler
-from .ebpf_view import EbpfView
-from .symbols import RemoteReadError, RemoteRuby, shown_as_c_method
-from .target import Target
+from ..sampler import _sampler
+from ..ebpf.view import EbpfView
+from ..target.symbols import RemoteReadError, RemoteRuby, shown_as_c_method
+from ..target.target import Target
 
 # A name a read could not give (an ISeq or method entry moved, replaced or half written as it was read)
 # is read again when a sample shows it again: at once, then after waits that double, at most RETRIES
@@ -74,7 +74,7 @@ class Drainer:
         self.renamed_methods = 0    # method entries likewise
         self.retries: dict = {}     # ("iseq" | "me", addr) -> (reads that named nothing, when the sampler
                                     # forgets it (monotonic ns), 0 once forgotten, GIVEN_UP)
-        self.ebpf = ebpf            # set once the eBPF symbolizer is attached (session.EbpfHub)
+        self.ebpf = ebpf            # set once the eBPF symbolizer is attached (ebpf.hub.EbpfHub)
         self.names: dict = {}       # addr -> (the name last written for it, its at_ns, its source): a GC
                                     # move carries it; a new file takes it while eBPF says it holds
         self.live: dict = {}        # thread serial -> its last thread record's fields (a new file lists them)
@@ -85,7 +85,7 @@ class Drainer:
         self.read_again: list = []  # [(addr, lo_ns, instructions, first read's ns)]: reads that
                                     # failed on what passes, tried again at the next drain (READ_AGAIN_NS)
         self.ebpf_announced = False     # the trace's ebpf_attached record is written
-        self.kernel_view_ns = 0         # when the sampler began to use the kernel view (session.EbpfHub)
+        self.kernel_view_ns = 0         # when the sampler began to use the kernel view (ebpf.hub.EbpfHub)
         self.kernel_view_announced = False
         self.spans = SpanReader(target.registry, writer,
                                 target.info["created_mono_ns"] if from_start else None)

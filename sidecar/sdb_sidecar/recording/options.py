@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .ebpf import DEFAULT_MAX_RATE
+from ..ebpf.governor import DEFAULT_MAX_RATE
 
 TOP_RATE_HZ = 100.0          # top samples more gently by default: it is watched, not kept
 TOP_WINDOW_S = 10.0

@@ -7,7 +7,7 @@ from typing import Optional
 
 from sdb_trace import TraceWriteError, TraceWriter
 
-from . import _sampler
+from ..sampler import _sampler
 from .assembly import ReadyProcess
 from .options import Options
 from .session import realtime_sampling

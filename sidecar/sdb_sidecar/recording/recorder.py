@@ -16,19 +16,21 @@ from typing import IO, Callable, Dict, List, Optional
 from sdb_trace import TraceWriteError, TraceWriter
 from sdb_trace.output import open_output as open_safely
 
-from . import __version__, _sampler
+from .. import __version__
+from ..sampler import _sampler
 from .assembly import Children, ReadyProcess
 from .end_counts import file_counts, summed
-from .errors import Exit, SdbError
+from ..errors import Exit, SdbError
 from .options import Options
-from .push.pusher import Pusher
-from .process import forget
+from ..push.pusher import Pusher
+from ..target.process import forget
 from .process_recording import ProcessRecording
 from .rotation import Files
-from .session import STALL_GRACE_S, EbpfHub, realtime_sampling
+from ..ebpf.hub import EbpfHub
+from .session import STALL_GRACE_S, realtime_sampling
 from .status_line import STATUS_INTERVAL_S, StatusLine
-from .target import Target, command_line, permission_error
-from .tree import parent_of
+from ..target.target import Target, command_line, permission_error
+from ..target.tree import parent_of
 
 TITLE_S = 1.0               # process titles (puma's `puma: cluster worker 0`) are read again this often
 

@@ -12,7 +12,7 @@ from sdb_trace import MemoryTrace
 
 from .assembly import ReadyProcess
 from .options import DEFAULTS, Options
-from .target import Target, permission_error
+from ..target.target import Target, permission_error
 
 TICKS = 5  # a thread whose read is torn twice in one tick gets another tick
 

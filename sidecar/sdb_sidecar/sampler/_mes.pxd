@@ -1,10 +1,10 @@
 # Each Ruby frame's method entry, from the env words read (docs/internals.md, "Untrusted memory").
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from sdb_sidecar._util cimport *
-from sdb_sidecar._types cimport *
-from sdb_sidecar._registry cimport Registry
-from sdb_sidecar._intern cimport sdb_intern, sdb_intern_find_u64
-from sdb_sidecar._reads cimport Reads
+from sdb_sidecar.sampler._util cimport *
+from sdb_sidecar.sampler._types cimport *
+from sdb_sidecar.sampler._registry cimport Registry
+from sdb_sidecar.sampler._intern cimport sdb_intern, sdb_intern_find_u64
+from sdb_sidecar.sampler._reads cimport Reads
 
 
 cdef class MethodEntries(Reads):

@@ -5,7 +5,7 @@ rb_vm_frame_method_entry), and what an entry is (value_type, me_def_iseq), read 
 kept in `types` (native/intern.c). Walk's checks (me_disagrees, finish_job) decide whether a frame
 may keep the entry found here."""
 from libc.stdlib cimport realloc
-from sdb_sidecar._intern cimport sdb_intern_init, sdb_intern_free, sdb_intern_insert
+from sdb_sidecar.sampler._intern cimport sdb_intern_init, sdb_intern_free, sdb_intern_insert
 
 
 cdef class MethodEntries(Reads):

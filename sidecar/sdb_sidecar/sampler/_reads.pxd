@@ -1,10 +1,10 @@
 # Reading the stacks of a tick: phases 1-3 (docs/internals.md, "Reading the stacks of a tick").
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from posix.types cimport pid_t
-from sdb_sidecar._util cimport *
-from sdb_sidecar._types cimport *
-from sdb_sidecar._registry cimport Registry, sdb_layout, sdb_slot, sdb_header
-from sdb_sidecar._readbatch cimport sdb_batch, sdb_batch_add, sdb_batch_read1, SDB_BASE_ABS
+from sdb_sidecar.sampler._util cimport *
+from sdb_sidecar.sampler._types cimport *
+from sdb_sidecar.sampler._registry cimport Registry, sdb_layout, sdb_slot, sdb_header
+from sdb_sidecar.sampler._readbatch cimport sdb_batch, sdb_batch_add, sdb_batch_read1, SDB_BASE_ABS
 
 
 cdef extern from "ctxslot.h" nogil:

@@ -7,11 +7,11 @@ layer): the registry checked, the layout copied and checked, the per-slot caches
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcpy
 from libc.stdio cimport snprintf
-from sdb_sidecar._readbatch cimport sdb_batch_init, sdb_batch_free, sdb_batch_run
-from sdb_sidecar._tstate cimport (sdb_kernel_state, sdb_state_from_status, sdb_thread_statuses, sdb_tstate_close,
+from sdb_sidecar.sampler._readbatch cimport sdb_batch_init, sdb_batch_free, sdb_batch_run
+from sdb_sidecar.sampler._tstate cimport (sdb_kernel_state, sdb_state_from_status, sdb_thread_statuses, sdb_tstate_close,
                                   SDB_KV_ON_CPU as KV_ON_CPU, SDB_KV_UNKNOWN as KV_UNKNOWN)
-from sdb_sidecar._registry cimport layout_problem
-from sdb_sidecar._registry import RegistryError
+from sdb_sidecar.sampler._registry cimport layout_problem
+from sdb_sidecar.sampler._registry import RegistryError
 
 
 cdef void tap_read(void *ctx, uint64_t addr, uint64_t length) noexcept nogil:

@@ -2,8 +2,8 @@
 # structs and constants are declared in _registry_h.pxd, generated from it (scripts/gen-layouts).
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
-from sdb_sidecar._util cimport sdb_load_acquire_u64, sdb_fence_acquire
-from sdb_sidecar._registry_h cimport (sdb_layout, sdb_slot, sdb_span_event, sdb_header, SDB_NAME_MAX,
+from sdb_sidecar.sampler._util cimport sdb_load_acquire_u64, sdb_fence_acquire
+from sdb_sidecar.sampler._registry_h cimport (sdb_layout, sdb_slot, sdb_span_event, sdb_header, SDB_NAME_MAX,
                                       SDB_STATUS_ENABLED, SDB_SPAN_BEGIN, SDB_TRACE_SPAN_AT,
                                       SDB_TRACE_SPAN_LEN, SDB_SERVICE_MAX)
 

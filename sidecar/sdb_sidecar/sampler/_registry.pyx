@@ -9,8 +9,8 @@ from posix.fcntl cimport open as c_open, O_RDONLY
 from posix.unistd cimport close as c_close
 from posix.mman cimport mmap, munmap, PROT_READ, MAP_SHARED, MAP_FAILED
 from posix.stat cimport struct_stat, fstat
-from sdb_sidecar._util cimport sdb_errno, sdb_load_acquire_u64, sdb_load_acquire_u32, sdb_fence_acquire
-from sdb_sidecar._types cimport LAYOUT_NA, EC_SPAN, ISEQ_SPAN, BODY_SPAN, BODY_SPAN_MAX, ME_SPAN, ENV_WORDS_MAX
+from sdb_sidecar.sampler._util cimport sdb_errno, sdb_load_acquire_u64, sdb_load_acquire_u32, sdb_fence_acquire
+from sdb_sidecar.sampler._types cimport LAYOUT_NA, EC_SPAN, ISEQ_SPAN, BODY_SPAN, BODY_SPAN_MAX, ME_SPAN, ENV_WORDS_MAX
 
 
 class RegistryError(Exception):

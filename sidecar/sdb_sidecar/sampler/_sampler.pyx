@@ -29,15 +29,15 @@ The validation rules (docs in docs/internals.md, "Reading the stacks of a tick")
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcpy, memset
-from sdb_sidecar._util cimport *
-from sdb_sidecar._types cimport *
-from sdb_sidecar._registry cimport Registry, sdb_slot
-from sdb_sidecar._encode cimport sdb_encode_samples, sdb_encode_samples_bound
-from sdb_sidecar._intern cimport sdb_intern_clear, sdb_intern_at, sdb_intern_find_u64
-from sdb_sidecar._slots cimport Slots
-from sdb_sidecar._reads cimport sdb_ctx_slot
-from sdb_sidecar._spawn cimport pthread_t, sdb_start_thread
-from sdb_sidecar._spawn import prepare_thread   # the spare start() takes: recorder.py parks it
+from sdb_sidecar.sampler._util cimport *
+from sdb_sidecar.sampler._types cimport *
+from sdb_sidecar.sampler._registry cimport Registry, sdb_slot
+from sdb_sidecar.sampler._encode cimport sdb_encode_samples, sdb_encode_samples_bound
+from sdb_sidecar.sampler._intern cimport sdb_intern_clear, sdb_intern_at, sdb_intern_find_u64
+from sdb_sidecar.sampler._slots cimport Slots
+from sdb_sidecar.sampler._reads cimport sdb_ctx_slot
+from sdb_sidecar.sampler._spawn cimport pthread_t, sdb_start_thread
+from sdb_sidecar.sampler._spawn import prepare_thread   # the spare start() takes: recorder.py parks it
 from cpython.ref cimport Py_INCREF, Py_DECREF
 import os
 

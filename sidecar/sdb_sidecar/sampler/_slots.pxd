@@ -1,9 +1,9 @@
 # The registry's slots, taken under their seqlocks into a tick's jobs; thread events.
 from libc.stdint cimport uint32_t, uint64_t
-from sdb_sidecar._util cimport *
-from sdb_sidecar._types cimport *
-from sdb_sidecar._registry cimport Registry, sdb_slot, copy_slot
-from sdb_sidecar._states cimport States
+from sdb_sidecar.sampler._util cimport *
+from sdb_sidecar.sampler._types cimport *
+from sdb_sidecar.sampler._registry cimport Registry, sdb_slot, copy_slot
+from sdb_sidecar.sampler._states cimport States
 
 
 cdef class Slots(States):

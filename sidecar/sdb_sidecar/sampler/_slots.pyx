@@ -3,7 +3,7 @@
 -> Sampler): each slot copied under its seqlock into a tick's job (take_slot), the thread events
 its changes make (thread_event), and the ends of reads that neither succeeded nor tore (settle)."""
 from libc.string cimport memcpy, memset
-from sdb_sidecar._tstate cimport sdb_tstate_close
+from sdb_sidecar.sampler._tstate cimport sdb_tstate_close
 
 
 cdef class Slots(States):

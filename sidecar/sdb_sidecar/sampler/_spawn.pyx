@@ -2,7 +2,7 @@
 """The sampler's thread: created SCHED_FIFO when allowed (_create_thread), or taken from the spare
 prepare_thread parked ahead (sdb_start_thread). Sampler.start (_sampler.pyx) runs its loop there."""
 from libc.string cimport memset
-from sdb_sidecar._util cimport pthread_mutex_t, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_unlock
+from sdb_sidecar.sampler._util cimport pthread_mutex_t, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_unlock
 
 cdef extern from "<sched.h>" nogil:
     cdef struct sched_param:

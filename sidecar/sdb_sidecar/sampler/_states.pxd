@@ -1,11 +1,11 @@
 # Thread states and idle reuse: a thread that ran no Ruby since its last read is sampled with that
 # read's stack (docs/internals.md, "Thread states").
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
-from sdb_sidecar._util cimport *
-from sdb_sidecar._types cimport *
-from sdb_sidecar._registry cimport Registry, sdb_layout, sdb_slot, sdb_header
-from sdb_sidecar._tstate cimport sdb_kview
-from sdb_sidecar._walk cimport Walk
+from sdb_sidecar.sampler._util cimport *
+from sdb_sidecar.sampler._types cimport *
+from sdb_sidecar.sampler._registry cimport Registry, sdb_layout, sdb_slot, sdb_header
+from sdb_sidecar.sampler._tstate cimport sdb_kview
+from sdb_sidecar.sampler._walk cimport Walk
 
 
 cdef class States(Walk):

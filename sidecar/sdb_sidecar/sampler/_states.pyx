@@ -3,7 +3,7 @@
 States -> Sampler): which threads need no read this tick. Ruby >= 3.2: the gem's state word
 (still_idle). Ruby 3.1: the kernel, through procfs or the kernel view (native/tstate.c: still_asleep, note_asleep,
 kv_confirm). docs/internals.md, "Thread states"."""
-from sdb_sidecar._tstate cimport (sdb_kernel_state, sdb_switch_ins, sdb_kv_holds, sdb_kv_settle,
+from sdb_sidecar.sampler._tstate cimport (sdb_kernel_state, sdb_switch_ins, sdb_kv_holds, sdb_kv_settle,
                                   SDB_KV_ON_CPU as KV_ON_CPU, SDB_KV_UNKNOWN as KV_UNKNOWN)
 
 

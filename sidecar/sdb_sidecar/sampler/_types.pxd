@@ -2,11 +2,11 @@
 # _sampler): what a tick works on (Job, RawFrame, Cluster), what it keeps per thread (SlotCache) and
 # in its tables (IseqEnt, FrameEnt, StackEnt, TypeEnt), what it hands over (Gathered).
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
-from sdb_sidecar._encode cimport sdb_sample as SampleEnt
-from sdb_sidecar._tstate cimport sdb_tstate, SDB_STATE_ENDED as STATE_ENDED  # the sidecar's own (tstate.h)
+from sdb_sidecar.sampler._encode cimport sdb_sample as SampleEnt
+from sdb_sidecar.sampler._tstate cimport sdb_tstate, SDB_STATE_ENDED as STATE_ENDED  # the sidecar's own (tstate.h)
 # "not available" and the thread states are the registry's (sdb_registry.h: SDB_NA, SDB_STATE_*),
 # under the names the sampler's modules use
-from sdb_sidecar._registry_h cimport (SDB_NA as LAYOUT_NA, SDB_STATE_UNKNOWN as STATE_UNKNOWN,
+from sdb_sidecar.sampler._registry_h cimport (SDB_NA as LAYOUT_NA, SDB_STATE_UNKNOWN as STATE_UNKNOWN,
                                       SDB_STATE_RUNNING as STATE_RUNNING, SDB_STATE_GVL_WAIT as STATE_GVL_WAIT,
                                       SDB_STATE_BLOCKED as STATE_BLOCKED)
 

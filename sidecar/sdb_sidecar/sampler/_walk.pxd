@@ -1,11 +1,11 @@
 # From the bytes of a tick to samples: method entries, checks, interning (docs/internals.md,
 # "Untrusted memory").
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
-from sdb_sidecar._util cimport *
-from sdb_sidecar._types cimport *
-from sdb_sidecar._registry cimport Registry, sdb_layout, sdb_slot, sdb_header
-from sdb_sidecar._intern cimport sdb_intern, sdb_intern_find_u64
-from sdb_sidecar._mes cimport MethodEntries
+from sdb_sidecar.sampler._util cimport *
+from sdb_sidecar.sampler._types cimport *
+from sdb_sidecar.sampler._registry cimport Registry, sdb_layout, sdb_slot, sdb_header
+from sdb_sidecar.sampler._intern cimport sdb_intern, sdb_intern_find_u64
+from sdb_sidecar.sampler._mes cimport MethodEntries
 
 
 cdef class Walk(MethodEntries):

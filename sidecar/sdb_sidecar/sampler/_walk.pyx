@@ -7,7 +7,7 @@ link_ok, finish_job: docs/internals.md, "Reading the stacks of a tick"), interni
 (emit, into what the next drain takes)."""
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memset, memcmp
-from sdb_sidecar._intern cimport (sdb_intern_init, sdb_intern_free, sdb_intern_clear, sdb_intern_find,
+from sdb_sidecar.sampler._intern cimport (sdb_intern_init, sdb_intern_free, sdb_intern_clear, sdb_intern_find,
                                   sdb_intern_insert, sdb_intern_at)
 
 

@@ -11,8 +11,8 @@ from typing import Optional
 from sdb_trace.registry_h import (SDB_REGISTRY_MAGIC, SDB_REGISTRY_PREFIX, SDB_REGISTRY_VERSION, SDB_STATUS_DISABLED,
                                   SDB_STATUS_ENABLED, SDB_STATUS_STARTING)
 
-from . import _registry
-from .errors import Exit, SdbError
+from ..sampler import _registry
+from ..errors import Exit, SdbError
 
 MAGIC = SDB_REGISTRY_MAGIC.encode("latin-1")    # the header's 8 bytes, NULs included
 PERMISSION_HINT = ("sdb-sidecar needs CAP_SYS_PTRACE (root has it unless it was dropped, as in a container: "
