@@ -70,13 +70,15 @@ class TreeRecording:
     pusher and its Tree, opened at once (a target that cannot be read fails here, its file removed).
     `start`, then `step` while `running`, then `close` (every process's last drain, the last
     interval pushed, the end record): the counts. `abort` after an exception. out_path None: no
-    file (NullOutput). labels: more header keys (the agent's container_id, pod_uid)."""
+    file (NullOutput). labels: more header keys (the agent's container_id, pod_uid). on_closed(path):
+    called once per trace file finished, rotated or the last (rotation.Files)."""
 
     def __init__(self, target: Target, out_path: Optional[str], opts: Options, status_stream=None,
-                 labels: Optional[dict] = None):
+                 labels: Optional[dict] = None, on_closed: Optional[Callable[[str], None]] = None):
         self.target, self.opts = target, opts
         self.status_stream = status_stream or sys.stderr
-        self.files = Files(out_path if out_path is not None else os.devnull, opts)
+        self.files = Files(out_path if out_path is not None else os.devnull, opts,
+                           on_closed if out_path is not None else None)
         if out_path is not None:
             path = self.files.next()
             out = open_output(path)
@@ -171,21 +173,23 @@ class TreeRecording:
         except TraceWriteError as e:
             raise write_failed(files.current, tree.writer, e) from None
         tree.out.close()
-        files.prune()
+        files.finished(files.current)
         counts["files"] = list(files.written) if not isinstance(tree.out, NullOutput) else []
         self.crash = crash
         return counts
 
 
-def record(target: Target, out_path: str, opts: Options, status_stream=None, on_signal=None) -> dict:
+def record(target: Target, out_path: str, opts: Options, status_stream=None, on_signal=None,
+           on_closed: Optional[Callable[[str], None]] = None) -> dict:
     """Record into the trace at out_path until opts.duration_s (0: no limit), Ctrl-C/SIGTERM or the
     target's exit; with opts.children, its descendants that run the gem too, from the moment each
     appears. on_signal(signum), if given, is also called for each SIGINT/SIGTERM (`record`
     forwards them). opts.ebpf: name new ISeqs at birth with the eBPF symbolizer when the machine
     allows it, pausing its creation probes while they fire more than opts.ebpf_max_rate times a
-    second (0: never pause). Returns the closing counts."""
+    second (0: never pause). on_closed(path): called once per trace file finished (rotation.Files).
+    Returns the closing counts."""
     status_stream = status_stream or sys.stderr
-    rec = TreeRecording(target, out_path, opts, status_stream)
+    rec = TreeRecording(target, out_path, opts, status_stream, on_closed=on_closed)
     tree = rec.tree
 
     def on_stop_signal(signum, frame):
@@ -384,9 +388,11 @@ class Tree:
     def rotate(self) -> None:
         """Close this trace file and go on in the next: every process switches at a moment of its own
         (its sampler starts over: no sample is lost or written twice); the old file gets its end
-        record with its own counts; files beyond opts.keep are removed."""
+        record with its own counts and, closed, goes to the on_closed hook; files beyond opts.keep
+        are removed."""
         if not self.by_proc[0].thread.is_alive():
             return
+        old_path = self.files.current
         path = self.files.next()
         out = open_output(path)
         at_ns = _sampler.monotonic_ns()
@@ -423,7 +429,7 @@ class Tree:
         self.gone = summed(self.gone, [pr.counts for pr in done])
         old_out.close()
         self.file_start = time.monotonic()
-        self.files.prune()
+        self.files.finished(old_path)
 
     def _process_record(self, writer: TraceWriter, pr: ProcessRecording, command: list) -> None:
         t = pr.target
