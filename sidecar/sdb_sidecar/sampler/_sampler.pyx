@@ -3,7 +3,7 @@
 target with process_vm_readv, without Python's GIL.
 
 One `Sampler` per target, built in layers, each a Cython module over small C units
-(sidecar/sdb_sidecar/native/): `Reads` (_reads.pyx: phases 1-3, batched reads) -> `MethodEntries`
+(sidecar/sdb_sidecar/sampler/native/): `Reads` (_reads.pyx: phases 1-3, batched reads) -> `MethodEntries`
 (_mes.pyx) -> `Walk` (_walk.pyx: checks, interning) -> `States` (_states.pyx: thread states, idle
 reuse) -> `Slots` (_slots.pyx: each slot taken under its seqlock, thread events) -> `Sampler` (here:
 the tick, the loop, the hand-over; the thread it runs in: _spawn.pyx; the samples record encoded by
