@@ -128,4 +128,4 @@ bench: setup
 	$(PY) benchmarks/run.py --ruby $(RUBY) --gem-home $(GEM_HOME_DIR) $(BENCH_ARGS)
 
 clean:
-	rm -rf $(BUILD) pkg sidecar/sdb_sidecar/_sampler.c sidecar/sdb_sidecar/*.so gem/lib/sdb/sdb_ext.so
+	rm -rf $(BUILD) pkg sidecar/sdb_sidecar/sampler/_*.c sidecar/sdb_sidecar/sampler/*.so gem/lib/sdb/sdb_ext.so

@@ -8,9 +8,9 @@ from __future__ import annotations
 import signal
 import sys
 
-from sdb_sidecar.bpfload import _import_bcc, check_available, compile_bpf
-from sdb_sidecar.incontext import read_period_ns
-from sdb_sidecar.threadtimers import PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE
+from sdb_sidecar.ebpf.bpfload import _import_bcc, check_available, compile_bpf
+from sdb_sidecar.ebpf.incontext import read_period_ns
+from sdb_sidecar.ebpf.threadtimers import PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE
 
 EMPTY = "struct bpf_perf_event_data;\nint on_tick(struct bpf_perf_event_data *ctx) { return 0; }\n"
 

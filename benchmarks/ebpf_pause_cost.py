@@ -1,5 +1,5 @@
 """ebpf_pause_cost: what one pause of the eBPF symbolizer's creation probes costs (its governor,
-sidecar/sdb_sidecar/ebpf.py), on the sidecar and on the target.
+sidecar/sdb_sidecar/ebpf/symbolizer.py), on the sidecar and on the target.
 
 The target (programs/eval_loop.rb) evaluates methods without pause and counts them per 10 ms slice.
 This process (root, the sidecar's own code) attaches the symbolizer to it with every ISeq probed,
@@ -52,8 +52,8 @@ def cycles_on(cfg, cycles: int, wait_s: float, slack_s: float) -> tuple:
     """One target, the symbolizer attached with every ISeq probed, `cycles` detach/attach cycles:
     (marks, sidecar's (wall, cpu) ms per detach and per attach, the target's slices, probes, stalls()). The target evaluates for as long as
     the cycles take with slack_s each for the detach and the attach (more under load)."""
-    from sdb_sidecar.ebpf import EbpfSymbolizer
-    from sdb_sidecar.target import open_target
+    from sdb_sidecar.ebpf.symbolizer import EbpfSymbolizer
+    from sdb_sidecar.target.target import open_target
     seconds = 0.5 + cycles * (2 * wait_s + slack_s) + 0.5
     marks, det, att = [], [], []
     with common.ruby_target(cfg, "eval_loop.rb", f"{seconds:.2f}", stdin=True) as target:
@@ -113,7 +113,7 @@ def stalls(marks, slices) -> dict:
 
 def run(cfg) -> str:
     sys.path.insert(0, os.path.join(common.ROOT, "sidecar"))
-    from sdb_sidecar.ebpf import EbpfUnavailable, check_available
+    from sdb_sidecar.ebpf.bpfload import EbpfUnavailable, check_available
     try:
         check_available()
     except EbpfUnavailable as e:

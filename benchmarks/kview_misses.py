@@ -26,7 +26,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "sidecar"))
 sys.path.insert(0, "/usr/lib/python3/dist-packages")   # Debian's bcc (python3-bpfcc)
 
-from sdb_sidecar.kview import task_offsets  # noqa: E402
+from sdb_sidecar.ebpf.kview import task_offsets  # noqa: E402
 
 CHURNERS = 3        # sidecars attaching and leaving at once, as in a test run
 

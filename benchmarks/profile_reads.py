@@ -24,7 +24,7 @@ import common  # noqa: E402
 
 TIGHT = """
 import sys; sys.path[:0] = [{sidecar!r}]
-from sdb_sidecar.target import open_target; from sdb_sidecar import _sampler
+from sdb_sidecar.target.target import open_target; from sdb_sidecar.sampler import _sampler
 pid, n = {pid}, {n}
 t = open_target(pid); s = _sampler.Sampler(t.registry, pid, 1000, 2048)
 for i in range(n):

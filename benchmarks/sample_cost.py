@@ -80,11 +80,11 @@ def tight(sampler, meter, seconds) -> dict:
 
 
 def one(cfg, mode: str, depth: int, threads: int, rate: float, paced_s: float, tight_s: float) -> dict:
-    from sdb_sidecar import _sampler
-    from sdb_sidecar.ebpf import EbpfUnavailable
-    from sdb_sidecar.kview import KernelView
-    from sdb_sidecar.session import threads_from
-    from sdb_sidecar.target import open_target
+    from sdb_sidecar.sampler import _sampler
+    from sdb_sidecar.ebpf.bpfload import EbpfUnavailable
+    from sdb_sidecar.ebpf.kview import KernelView
+    from sdb_sidecar.recording.session import threads_from
+    from sdb_sidecar.target.target import open_target
     with common.ruby_target(cfg, "stacks.rb", threads, depth, mode) as p:
         t = open_target(p.pid)
         s = _sampler.Sampler(t.registry, p.pid, rate, 2048)

@@ -1,7 +1,7 @@
 /*
  * One thread's in-context stack read: a slot of stack_in_context.c's array, mapped into the
  * sidecar (BPF_F_MMAPABLE). The same text is put at the head of the BPF program by
- * sidecar/sdb_sidecar/incontext.py, so the program and the sampler (_reads.pyx) read one layout.
+ * sidecar/sdb_sidecar/ebpf/incontext.py, so the program and the sampler (_reads.pyx) read one layout.
  *
  * The sampler writes reg_th, then reg_tid (the thread it wants read: slot = tid & (slots - 1));
  * the program, on a CPU tick while that thread runs there, writes the rest between two increments

@@ -1,7 +1,7 @@
 /*
  * sdb ISeq events: which ISeqs a Ruby process creates, and where GC compaction moves them.
  *
- * Loaded by sidecar/sdb_sidecar/ebpf.py with bcc. Every layout fact comes from the layout row the
+ * Loaded by sidecar/sdb_sidecar/ebpf/symbolizer.py with bcc. Every layout fact comes from the layout row the
  * gem published in its registry, passed in as -D constants (nothing version-specific here):
  * The recorded processes (a process tree shares one program) are the keys of the map `targets`: the
  * uprobes are attached for each of them alone, and each probe checks the map again; a record carries
@@ -15,7 +15,7 @@
  *
  * One program serves every function that returns a new, complete ISeq (compilers and the binary
  * loader: uretprobes) and rb_iseq_translate_threaded_code (its first argument: an entry uprobe,
- * where the build keeps hidden symbols; sidecar/sdb_sidecar/probes.py): it reads the ISeq's type, first line, label, base label, path and realpath
+ * where the build keeps hidden symbols; sidecar/sdb_sidecar/ebpf/probes.py): it reads the ISeq's type, first line, label, base label, path and realpath
  * in the probe, while the VM is stopped in that function, and sends one variable-size record.
  * Strings are copied up to STR_MAX bytes each into a per-CPU scratch buffer; a longer one is
  * marked truncated and the sidecar reads that ISeq remotely instead.
@@ -35,7 +35,7 @@
 #define NSTR 4                      /* label, base_label, path, realpath */
 #define DATA_MAX (NSTR * STR_MAX)
 
-/* Ruby's type tags and imemo types come from the layout row as -D flags (ebpf.py bpf_cflags):
+/* Ruby's type tags and imemo types come from the layout row as -D flags (ebpf/iseq_events.py bpf_cflags):
  * RB_T_MASK, RB_T_STRING, RB_T_ARRAY, RB_T_IMEMO, RB_IMEMO_SHIFT, RB_IMEMO_MASK, RB_IMEMO_ISEQ,
  * RB_IMMEDIATE_MASK, RB_FIXNUM_SHIFT */
 #define IS_ISEQ(flags) \
@@ -329,5 +329,5 @@ int iseq_moved(struct pt_regs *ctx)
 }
 
 /* One entry point per creating probe, so an event says which probe named it (two in fact: one for a
- * uprobe_multi link, one for a perf event; see ebpf.py). */
+ * uprobe_multi link, one for a perf event; see ebpf/symbolizer.py). */
 PROBE_FUNCTIONS

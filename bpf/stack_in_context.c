@@ -1,6 +1,6 @@
 /*
  * sdb in-context stack reads: on a tick of a recorded thread (a cpu-clock perf event on that thread,
- * at the sampling rate of its time on a CPU: sidecar/sdb_sidecar/threadtimers.py), if it is a thread
+ * at the sampling rate of its time on a CPU: sidecar/sdb_sidecar/ebpf/threadtimers.py), if it is a thread
  * the sampler asked for, copy its control frames and the top of its VM stack into its slot
  * (bpf/ctxslot.h, put before this text). The checks below stay: a thread is timed from the
  * registry's list, its slot may be another thread's, and its process may have left the recording.

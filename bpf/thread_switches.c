@@ -2,7 +2,7 @@
  * sdb kernel view: for each thread of the recorded processes, how often the kernel put it on a CPU and
  * whether it is on one now, in a BPF array the sidecar maps into its memory (no syscall to read it).
  *
- * Loaded by sidecar/sdb_sidecar/kview.py with bcc, for Ruby 3.1 (no GVL hooks: the gem cannot tell
+ * Loaded by sidecar/sdb_sidecar/ebpf/kview.py with bcc, for Ruby 3.1 (no GVL hooks: the gem cannot tell
  * the sidecar which threads ran). The sampler reads a thread's stack again only if the thread was
  * put on a CPU since its last read, or was on one during it; without this view it asks procfs for
  * every thread at every tick (/proc/PID/task/TID/schedstat and stat: most of its CPU on 3.1).

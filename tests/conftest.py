@@ -63,7 +63,7 @@ READY_TIMEOUT_S = 20.0
 
 def ebpf_missing() -> str:
     """Why eBPF cannot be used here ("" when it can): the tests that need it are skipped with this."""
-    from sdb_sidecar.ebpf import EbpfUnavailable, check_available
+    from sdb_sidecar.ebpf.bpfload import EbpfUnavailable, check_available
     try:
         check_available()
     except EbpfUnavailable as e:
@@ -74,7 +74,7 @@ def ebpf_missing() -> str:
 def kernel_view_missing() -> str:
     """Why the kernel view (Ruby 3.1's thread states from eBPF) cannot be used here ("" when it can):
     eBPF, and the kernel's BTF."""
-    from sdb_sidecar.kview import BTF_PATH
+    from sdb_sidecar.ebpf.kview import BTF_PATH
     if ebpf_missing():
         return ebpf_missing()
     return "" if os.path.exists(BTF_PATH) else f"no kernel BTF at {BTF_PATH}"

@@ -4,7 +4,7 @@ gem/ext/sdb/sdb_registry.h is the one definition of the registry: its structs (s
 fields among them), "not available" (SDB_NA), the thread states, the span kinds, the status words.
 The sidecar must not keep copies of them by hand, so this module reads the header and writes
 
-  - sidecar/sdb_sidecar/_registry_h.pxd: the Cython declarations (`cdef extern from "sdb_registry.h"`)
+  - sidecar/sdb_sidecar/sampler/_registry_h.pxd: the Cython declarations (`cdef extern from "sdb_registry.h"`)
     of every struct and every integer constant, which the sampler's modules cimport; the C compiler
     then takes every value and offset from the header itself;
   - symbolizer/sdb_trace/registry_h.py: the constants' values for Python (the sidecar's pure-Python
@@ -24,7 +24,7 @@ from typing import Dict, List, Tuple, Union
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 REGISTRY_H = REPO / "gem" / "ext" / "sdb" / "sdb_registry.h"
-PXD = REPO / "sidecar" / "sdb_sidecar" / "_registry_h.pxd"
+PXD = REPO / "sidecar" / "sdb_sidecar" / "sampler" / "_registry_h.pxd"
 PY = REPO / "symbolizer" / "sdb_trace" / "registry_h.py"
 GENERATOR = "scripts/gen-layouts"
 

@@ -10,7 +10,7 @@ from sdb_trace.output import printable
 
 from . import __version__
 from .commands import COMMANDS
-from .session import EbpfHub
+from .ebpf.hub import EbpfHub
 from .errors import Exit, SdbError
 
 

@@ -220,7 +220,7 @@ def test_every_app_is_pushed_with_its_labels_until_it_exits_and_sigterm_flushes(
 
 def test_a_puma_cluster_is_one_tree_whose_workers_are_pushed_under_its_service(apps, receiver, sidecar_process,
                                                                               tmp_path):
-    from sdb_sidecar.tree import children_of
+    from sdb_sidecar.target.tree import children_of
     # GIVEN puma in cluster mode, 2 workers forked from a master that loaded the gem, in a cgroup of its own
     (tmp_path / "config.ru").write_text('require "sdb"\nrun ->(env) { [200, {}, ["ok"]] }\n')
     port = free_port()

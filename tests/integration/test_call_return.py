@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ebpf_missing, read_trace, samples_so_far, wait_for
 from ebpf_wait import wait_for_ebpf
-from sdb_sidecar._registry import Registry
+from sdb_sidecar.sampler._registry import Registry
 from sdb_symbolize.resolve import Resolver
 from sdb_symbolize.labels import LABELS_RUBY
 from sdb_trace import iter_samples

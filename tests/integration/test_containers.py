@@ -241,7 +241,7 @@ def test_without_cap_sys_ptrace_the_error_names_it(container_app, tmp_path, comm
 def test_the_threads_are_looked_up_in_the_containers_own_procfs_or_nowhere(container_app, own_proc):
     # GIVEN an app in a container, with its own /proc or with the host's (where its pid, 1, is init's)
     app = container_app("top_target.rb", own_proc=own_proc)
-    from sdb_sidecar.target import place_of, task_dir_of
+    from sdb_sidecar.target.target import place_of, task_dir_of
     # WHEN the sidecar works out where procfs lists its threads by the container's thread ids
     place = place_of(app.pid)
     task_dir = task_dir_of(place)

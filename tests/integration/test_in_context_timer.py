@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ebpf_missing, read_trace, wait_for
 from ebpf_wait import wait_for_ebpf
-from sdb_sidecar.incontext import MAX_RATE_HZ, MAX_TIMERS, OVERSAMPLE
+from sdb_sidecar.ebpf.incontext import MAX_RATE_HZ, MAX_TIMERS, OVERSAMPLE
 
 pytestmark = [pytest.mark.ebpf, pytest.mark.skipif(bool(ebpf_missing()), reason=f"no eBPF here: {ebpf_missing()}")]
 CPUS = sorted(os.sched_getaffinity(0))

@@ -20,10 +20,10 @@ from conftest import read_trace
 
 def test_a_path_read_while_a_sweep_is_in_progress_names_nothing(ruby_target, monkeypatch, tmp_path):
     # GIVEN a program waiting in `victim` (an eval'd method), and the address of a String "1299" of its own
-    from sdb_sidecar import recorder
-    from sdb_sidecar.drainer import Drainer
-    from sdb_sidecar.options import Options
-    from sdb_sidecar.target import open_target
+    from sdb_sidecar.recording import recorder
+    from sdb_sidecar.recording.drainer import Drainer
+    from sdb_sidecar.recording.options import Options
+    from sdb_sidecar.target.target import open_target
     target = ruby_target("swept_name.rb")
     junk = int(target.ready_line.split()[1])
     real_read = Drainer.read_iseq

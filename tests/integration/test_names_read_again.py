@@ -21,10 +21,10 @@ def test_an_iseq_or_method_entry_whose_first_read_failed_is_named_when_sampled_a
                                                                                      tmp_path):
     # GIVEN a program working in callee under caller_of (and Process.clock_gettime), and the first
     # read of every ISeq and method entry failing
-    from sdb_sidecar import recorder
-    from sdb_sidecar.options import Options
-    from sdb_sidecar.symbols import RemoteReadError, RemoteRuby
-    from sdb_sidecar.target import open_target
+    from sdb_sidecar.recording import recorder
+    from sdb_sidecar.recording.options import Options
+    from sdb_sidecar.target.symbols import RemoteReadError, RemoteRuby
+    from sdb_sidecar.target.target import open_target
     target = ruby_target("callee_share.rb", "2000", "60", "sdb")
     failed = set()
     real_iseq_info, real_method_info = RemoteRuby.iseq_info, RemoteRuby.method_info
@@ -44,7 +44,7 @@ def test_an_iseq_or_method_entry_whose_first_read_failed_is_named_when_sampled_a
     monkeypatch.setattr(RemoteRuby, "method_info", method_info)
     # (an ISeq read that fails is first read again at the next drains, before anything is written:
     # tests/unit/test_iseq_reads_across_a_compaction.py. Taken out here: this is the later sight's read)
-    from sdb_sidecar import drainer
+    from sdb_sidecar.recording import drainer
     monkeypatch.setattr(drainer, "READ_AGAIN_NS", 0)
     # WHEN it is recorded for 4 s without eBPF (every name read from the target)
     out = tmp_path / "t.msgpack"

@@ -290,7 +290,7 @@ def test_a_long_recording_lets_the_processes_that_ended_go(ruby_target, sidecar_
 def test_a_child_whose_registry_goes_as_it_is_opened_is_a_process_without_the_gem(ruby_target, monkeypatch):
     # GIVEN a child running the gem, and its registry removed between the look-up and the open (the
     # child ending: the soak's children in a busy CI run; the sidecar died of FileNotFoundError)
-    from sdb_sidecar import target as target_module
+    from sdb_sidecar.target import target as target_module
     from sdb_sidecar.errors import Exit, SdbError
     tree = Tree(ruby_target("forking_tree.rb"))
     child = tree.fork("a")["pid"]
@@ -309,9 +309,9 @@ def test_a_child_whose_registry_goes_as_it_is_opened_is_a_process_without_the_ge
 
 def test_a_child_that_cannot_be_opened_is_left_out_and_the_recording_goes_on(ruby_target, monkeypatch, tmp_path):
     # GIVEN a parent with a child running the gem, and any unforeseen error opening the child
-    from sdb_sidecar import assembly, recorder
-    from sdb_sidecar.options import Options
-    from sdb_sidecar.target import open_target
+    from sdb_sidecar.recording import assembly, recorder
+    from sdb_sidecar.recording.options import Options
+    from sdb_sidecar.target.target import open_target
     tree = Tree(ruby_target("forking_tree.rb"))
     parent = tree.t.pid
     child = tree.fork("a")["pid"]

@@ -34,7 +34,7 @@ def env_for(tmp, port: int, profiler: str = "sdb") -> Dict[str, str]:
 
 
 def workers_of(master: int) -> List[int]:
-    from sdb_sidecar.tree import children_of
+    from sdb_sidecar.target.tree import children_of
     return [p for p in children_of(master) if "cluster worker" in open(f"/proc/{p}/cmdline").read()]
 
 

@@ -4,14 +4,16 @@ unrotated recording of the same seconds holds; only the newest --keep N stay."""
 from __future__ import annotations
 
 import glob
+import os
 import subprocess
 import time
+from io import BytesIO
 
 import pytest
 
 from conftest import REPO, SYMBOLIZE, samples_so_far, wait_for
 from ebpf_wait import wait_for_ebpf
-from sdb_trace import has_record, load_tables
+from sdb_trace import TraceFile, has_record, load_tables
 from test_ebpf_symbolizer import ebpf_missing
 
 pytestmark = pytest.mark.once       # the sidecar's own work: the same on every Ruby
@@ -54,6 +56,72 @@ def test_rotated_files_each_stand_alone_and_add_up_to_one_unrotated_recording(ru
     # AND together they hold the samples of the one unrotated recording of the same seconds
     single = load_tables(str(one)).sample_count
     assert abs(total - single) <= 0.02 * single, (total, single)
+
+
+def open_by_us(path) -> bool:
+    """A descriptor of this process is open on path."""
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == path:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_on_closed_sees_each_file_once_complete_and_closed_at_each_rotation_and_at_the_end(ruby_target, tmp_path):
+    # GIVEN a recording in this process rotated every second, whose on_closed hook looks at each file
+    # as it is handed over: whether a descriptor of ours is still open on it, its end record, and
+    # what the symbolizer's library makes of it (every sample read, every frame named)
+    from sdb_sidecar.recording.options import Options
+    from sdb_sidecar.recording.recorder import TreeRecording
+    from sdb_sidecar.target.target import open_target
+    from sdb_symbolize.options import ProfileOptions
+    from sdb_symbolize.profile import render
+    target = ruby_target("eight_threads.rb")
+    seen = []
+
+    def on_closed(path):
+        t = load_tables(path)
+        profile = render(TraceFile(path), ProfileOptions(idle=True, lines=False), BytesIO())
+        seen.append({"path": path, "open": open_by_us(path), "error": t.error,
+                     "reason": t.end["reason"] if t.end else None, "samples": t.sample_count,
+                     "end_samples": t.end["samples"] if t.end else None, "read": profile.samples_in,
+                     "unnamed": profile.samples_unnamed})
+    stem = tmp_path / "rot"
+    # (the duration only bounds a run in which rotation never came: the test then fails below)
+    rec = TreeRecording(open_target(target.pid, wait_s=5), f"{stem}.msgpack",
+                        Options(rotate_s=1.0, duration_s=600, quiet=True, ebpf=False),
+                        status_stream=open(os.devnull, "w"), on_closed=on_closed)
+    # WHEN it runs until the hook has seen two rotated files, then is interrupted
+    counts = rec.run(lambda: rec.tree.interrupt() if len(seen) >= 2 else None)
+    # THEN the hook saw every file the recording wrote, each exactly once, in order: the two or more
+    # rotated and then the last, at the end
+    paths = [s["path"] for s in seen]
+    assert paths == counts["files"] == files_of(stem), (paths, counts["files"], files_of(stem))
+    assert len(paths) >= 3 and len(set(paths)) == len(paths), paths
+    assert [s["reason"] for s in seen] == ["rotated"] * (len(seen) - 1) + ["interrupted"], seen
+    # AND each was closed and complete when handed over: its end record written, its every sample
+    # read by the symbolizer, every frame named
+    for s in seen:
+        assert not s["open"] and s["error"] is None, s
+        assert s["samples"] > 0 and s["end_samples"] == s["samples"] == s["read"] and s["unnamed"] == 0, s
+
+
+def test_on_closed_sees_the_one_file_of_a_recording_without_rotation_once_at_the_end(ruby_target, tmp_path):
+    from sdb_sidecar.recording.options import Options
+    from sdb_sidecar.recording.recorder import record
+    from sdb_sidecar.target.target import open_target
+    target = ruby_target("eight_threads.rb")
+    out = str(tmp_path / "one.msgpack")
+    seen = []
+
+    def on_closed(path):
+        t = load_tables(path)
+        seen.append((path, open_by_us(path), t.error, t.end["reason"] if t.end else None))
+    counts = record(open_target(target.pid, wait_s=5), out, Options(duration_s=1, quiet=True, ebpf=False),
+                    status_stream=open(os.devnull, "w"), on_closed=on_closed)
+    assert seen == [(out, False, None, "duration")] and counts["files"] == [out], (seen, counts)
 
 
 def test_keep_leaves_the_newest_files_only(ruby_target, sidecar_process, tmp_path):

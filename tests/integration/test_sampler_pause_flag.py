@@ -8,10 +8,10 @@ from __future__ import annotations
 import ctypes
 
 from conftest import wait_for
-from sdb_sidecar import _sampler
-from sdb_sidecar.options import Options
-from sdb_sidecar.session import new_sampler
-from sdb_sidecar.target import open_target
+from sdb_sidecar.sampler import _sampler
+from sdb_sidecar.recording.options import Options
+from sdb_sidecar.recording.session import new_sampler
+from sdb_sidecar.target.target import open_target
 from sdb_trace import KIND_RUBY
 
 

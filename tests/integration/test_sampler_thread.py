@@ -11,10 +11,10 @@ import time
 import pytest
 
 from conftest import wait_for
-from sdb_sidecar import _sampler
-from sdb_sidecar.session import new_sampler
-from sdb_sidecar.options import Options
-from sdb_sidecar.target import open_target
+from sdb_sidecar.sampler import _sampler
+from sdb_sidecar.recording.session import new_sampler
+from sdb_sidecar.recording.options import Options
+from sdb_sidecar.target.target import open_target
 
 
 def threads_of_this_process() -> set:

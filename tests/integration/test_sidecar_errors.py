@@ -141,7 +141,7 @@ def test_gem_disabled_by_force_layout_exits_10_with_the_gems_reason(ruby_target,
 # it, with that one method replaced
 FAILING_DRAIN = """
 import sys
-from sdb_sidecar import drainer
+from sdb_sidecar.recording import drainer
 drain, calls = drainer.Drainer.drain, []
 def failing(self, *a, **k):
     calls.append(1)

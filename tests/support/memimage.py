@@ -57,8 +57,8 @@ def comparable(drained: dict) -> dict:
 
 def sample_once(registry_path: str, pid: int, record: bool = False):
     """A fresh Sampler's one tick of process pid (no procfs: thread states from memory only)."""
-    from sdb_sidecar._registry import Registry
-    from sdb_sidecar._sampler import Sampler
+    from sdb_sidecar.sampler._registry import Registry
+    from sdb_sidecar.sampler._sampler import Sampler
     sampler = Sampler(Registry(registry_path), pid, 1000.0, 2048)
     sampler.use_task_dir("")
     sampler.record_reads(record)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sdb_sidecar.bpfload import COMPILE_NICE, compile_bpf
+from sdb_sidecar.ebpf.bpfload import COMPILE_NICE, compile_bpf
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="raising a thread's priority back needs root")
 

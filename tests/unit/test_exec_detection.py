@@ -1,5 +1,5 @@
 """How the recorder tells a program that exec'd another one (same pid, its registry no longer mapped)
-from one that is exiting (its memory already released, its maps empty): sdb_sidecar.process.execd_another
+from one that is exiting (its memory already released, its maps empty): sdb_sidecar.target.process.execd_another
 on real processes. A process killed by a signal passes through a moment where it is alive by pid but
 maps nothing; a recording that caught it there once ended with reason "target-exec"."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from sdb_sidecar.process import execd_another
+from sdb_sidecar.target.process import execd_another
 
 pytestmark = pytest.mark.once
 

@@ -1,10 +1,10 @@
-"""The governor's decisions (sdb_sidecar.governor.Governor), on made-up event counts: when it pauses the
+"""The governor's decisions (sdb_sidecar.ebpf.governor.Governor), on made-up event counts: when it pauses the
 eBPF creation probes and how long each pause lasts."""
 from __future__ import annotations
 
 import pytest
 
-from sdb_sidecar.governor import BACKOFF_MAX_S, BACKOFF_MIN_S, BURST_S, QUIET_S, Governor
+from sdb_sidecar.ebpf.governor import BACKOFF_MAX_S, BACKOFF_MIN_S, BURST_S, QUIET_S, Governor
 
 pytestmark = pytest.mark.once
 POLL = 0.02

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import load_layoutgen
-from sdb_sidecar.symbols import shown_as_c_method
+from sdb_sidecar.target.symbols import shown_as_c_method
 
 gen = load_layoutgen()
 

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from sdb_sidecar.symbols import NA, RemoteReadError, RemoteRuby
+from sdb_sidecar.target.symbols import NA, RemoteReadError, RemoteRuby
 
 pytestmark = pytest.mark.once
 

@@ -1,4 +1,4 @@
-"""The Drainer's reads of ISeq names (sdb_sidecar.drainer.Drainer.name_remotely) against a made-up target
+"""The Drainer's reads of ISeq names (sdb_sidecar.recording.drainer.Drainer.name_remotely) against a made-up target
 whose reads fail as a GC compaction makes them fail: a read that fails on what passes is read again at
 the next drains and names the sample's ISeq from the sample's own window; one that keeps failing, or an
 ISeq replaced at the address, is written (unknown) and counted; the last read of a recording is final.
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from sdb_sidecar import drainer
-from sdb_sidecar.drainer import UNKNOWN_ISEQ, Drainer
-from sdb_sidecar.symbols import RemoteReadError
+from sdb_sidecar.recording import drainer
+from sdb_sidecar.recording.drainer import UNKNOWN_ISEQ, Drainer
+from sdb_sidecar.target.symbols import RemoteReadError
 
 pytestmark = pytest.mark.once
 A = 0x7f0000001000

@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from sdb_sidecar import bpfload
+from sdb_sidecar.ebpf import bpfload
 
 CHECK = """
 import sys
-from sdb_sidecar import bpfload
+from sdb_sidecar.ebpf import bpfload
 def mapped():
     with open("/proc/self/maps") as f:
         return any("libbcc.so" in line for line in f)

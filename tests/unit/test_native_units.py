@@ -1,4 +1,4 @@
-"""The sampler's C units (sidecar/sdb_sidecar/native/*.c), each tested on its own: every
+"""The sampler's C units (sidecar/sdb_sidecar/sampler/native/*.c), each tested on its own: every
 tests/unit/native/test_<unit>.c is compiled with its unit and run; it exits 0 when every CHECK held
 and names each one that did not. (The Cython glue over them is tested through the sampler.)"""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-NATIVE = REPO / "sidecar" / "sdb_sidecar" / "native"
+NATIVE = REPO / "sidecar" / "sdb_sidecar" / "sampler" / "native"
 TESTS = Path(__file__).resolve().parent / "native"
 CC = shutil.which("cc") or shutil.which("gcc")
 

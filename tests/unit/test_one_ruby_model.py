@@ -115,7 +115,7 @@ def test_the_check_finds_a_frame_magic_put_back(tmp_path):
 def test_trace_types_are_the_formats_own_whatever_numbers_ruby_uses():
     """The trace's ISeq and method types are sdb_trace's enums; the sidecar maps the running Ruby's
     values to them through the row, so a Ruby that renumbered its enums writes the same trace."""
-    from sdb_sidecar.symbols import trace_iseq_type, trace_method_type
+    from sdb_sidecar.target.symbols import trace_iseq_type, trace_method_type
     from sdb_trace import ISEQ_TYPES, METHOD_TYPES, ISEQ_TYPE_BLOCK, METHOD_CFUNC
     same = {f"iseq_type_{n}": i for i, n in enumerate(ISEQ_TYPES)}
     same.update({f"method_type_{n}": i for i, n in enumerate(METHOD_TYPES)})

@@ -12,7 +12,8 @@ import pytest
 
 from sdb_sidecar.errors import Exit, SdbError
 from sdb_sidecar.push import pyroscope
-from sdb_sidecar.push.config import add_push_arguments, auth_headers, push_config
+from sdb_sidecar.commands.common import add_push_arguments
+from sdb_sidecar.push.config import auth_headers, push_config
 from sdb_sidecar.push.queue import Payload, PayloadQueue
 from sdb_sidecar.push.transport import retry_after
 

@@ -1,7 +1,7 @@
 """The sidecar's declarations of the registry are generated from the header the gem compiles.
 
 gem/ext/sdb/sdb_registry.h is the one definition of the registry. scripts/gen-layouts
-(scripts/layoutgen/decls.py) writes from it sidecar/sdb_sidecar/_registry_h.pxd (every struct with
+(scripts/layoutgen/decls.py) writes from it sidecar/sdb_sidecar/sampler/_registry_h.pxd (every struct with
 every member, every integer constant, for Cython) and symbolizer/sdb_trace/registry_h.py (the
 constants' values, for Python). These tests prove the committed files are what the header gives
 now (a member left out of the .pxd, or added to the header and not regenerated, fails here), that

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from sdb_sidecar._registry import Registry
+from sdb_sidecar.sampler._registry import Registry
 from sdb_sidecar.errors import Exit, SdbError
-from sdb_sidecar.options import DEFAULTS
-from sdb_sidecar.session import new_sampler
-from sdb_sidecar.target import Target
+from sdb_sidecar.recording.options import DEFAULTS
+from sdb_sidecar.recording.session import new_sampler
+from sdb_sidecar.target.target import Target
 
 IMAGES = sorted((Path(__file__).resolve().parent / "memimage").iterdir())
 

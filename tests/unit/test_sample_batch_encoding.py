@@ -8,7 +8,7 @@ import random
 import msgpack
 import pytest
 
-from sdb_sidecar import _sampler
+from sdb_sidecar.sampler import _sampler
 from sdb_trace import TraceReader, TraceWriter
 
 # every msgpack integer width on both sides of its edges

@@ -37,7 +37,7 @@ def expected(image: Path):
 
 
 def walk(image_dir: Path, tmp_path: Path):
-    from sdb_sidecar._registry import RegistryError
+    from sdb_sidecar.sampler._registry import RegistryError
     host = memimage.Host(image_dir, tmp_path)
     try:
         sampler, drained = memimage.sample_once(host.registry, host.pid)
@@ -118,7 +118,7 @@ def word_at(image: Path, target: int) -> int:
 
 
 def layout_of(image: Path, tmp_path: Path) -> dict:
-    from sdb_sidecar._registry import Registry
+    from sdb_sidecar.sampler._registry import Registry
     path = tmp_path / "registry-layout"
     with gzip.open(image / "registry.gz", "rb") as f:
         path.write_bytes(f.read())

@@ -2,7 +2,7 @@
  * sdb_registry.h - the shared-memory thread registry, byte for byte.
  *
  * Written by the gem (the C units in gem/ext/sdb/) inside the Ruby process, read
- * by the sidecar (sidecar/sdb_sidecar/_sampler.pyx, sidecar/.../registry.py)
+ * by the sidecar (sidecar/sdb_sidecar/sampler/_sampler.pyx, sidecar/.../registry.py)
  * from another process. This header is the one definition both sides
  * compile against; docs/registry-format.md explains it in prose.
  *

@@ -17,13 +17,13 @@ from typing import Dict, Optional, Tuple
 
 from sdb_trace.output import printable
 
-from .. import _sampler
+from ..sampler import _sampler
 from ..errors import Exit, SdbError
-from ..options import Options
+from ..recording.options import Options
 from ..push.pusher import Pusher
-from ..recorder import TreeRecording, crashed, select_fds
-from ..target import open_target, place_of
-from ..tree import DirectoryWatch, parent_of
+from ..recording.recorder import TreeRecording, crashed, select_fds
+from ..target.target import open_target, place_of
+from ..target.tree import DirectoryWatch, parent_of
 from .budget import CpuBudget
 from .cgroup import Cgroup, cgroup_of
 from .discovery import REGISTRY_DIR, Candidate, Discovery

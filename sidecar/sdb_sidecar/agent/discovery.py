@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 
 from sdb_trace.registry_h import SDB_REGISTRY_PREFIX
 
-from ..target import ns_pid, proc_start_ticks
+from ..target.target import ns_pid, proc_start_ticks
 
 REGISTRY_DIR = os.path.dirname(SDB_REGISTRY_PREFIX)          # /dev/shm
 REGISTRY_NAME = os.path.basename(SDB_REGISTRY_PREFIX)        # sdb-

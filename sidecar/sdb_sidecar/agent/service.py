@@ -6,7 +6,7 @@ never reads another process's environment), else the program its title names
 from __future__ import annotations
 
 from ..push.pusher import service_of as service_of_command
-from ..target import Target
+from ..target.target import Target
 
 
 def service_of(process: Target) -> str:

@@ -6,9 +6,9 @@ import os
 from ..agent.agent import Agent
 from ..agent.selection import Selection
 from ..errors import Exit, SdbError
-from ..options import Options
-from ..push.config import add_push_arguments, push_config
-from .common import add_depth_argument, non_negative_float, positive_float
+from ..recording.options import Options
+from ..push.config import push_config
+from .common import add_depth_argument, add_push_arguments, non_negative_float, positive_float
 
 AGENT_RATE_HZ = 100.0       # always on: a tenth of attach's default (docs/agent.md: what it costs)
 

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import argparse
 
-from ..options import Options
-from ..recorder import record
-from ..target import open_target
-from ..push.config import add_push_arguments, push_config
-from .common import add_recording_arguments, finish_recording
+from ..recording.options import Options
+from ..recording.recorder import record
+from ..target.target import open_target
+from ..push.config import push_config
+from .common import add_push_arguments, add_recording_arguments, finish_recording
 
 
 class AttachCommand:

@@ -12,7 +12,9 @@ import sys
 from typing import Dict, List
 
 from ..errors import Exit, SdbError
-from ..options import DEFAULTS
+from ..push.config import (BASIC_ENV, DEFAULT_INTERVAL_S, DEFAULT_QUEUE_BYTES, DEFAULT_TIMEOUT_S, TENANT_ENV,
+                           TOKEN_ENV)
+from ..recording.options import DEFAULTS
 
 # the formats `attach` and `record` suggest, in this order, when they are registered
 SUGGESTED_FORMATS = ("collapsed", "speedscope", "flamegraph")
@@ -60,6 +62,35 @@ def add_depth_argument(p: argparse.ArgumentParser) -> None:
 
 _TIME_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _SIZE_UNITS = {"kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1024.0, "mib": 1024.0 ** 2, "gib": 1024.0 ** 3}
+
+
+def add_push_arguments(p: argparse.ArgumentParser, service: bool = True) -> None:
+    """The --push options, read by push.config.push_config (service False: no --service, the agent's
+    processes each name their own)."""
+    g = p.add_argument_group("pushing profiles while recording")
+    g.add_argument("--push", action="append", default=[], metavar="KIND=URL",
+                   help="every --push-interval, send that interval's profiles to a backend: "
+                        "pyroscope=http://pyroscope:4040 (Connect Push API), otlp=http://collector:4318 (OTLP "
+                        "profiles over HTTP); repeatable. Credentials: $SDB_PUSH_TOKEN (bearer) or "
+                        "$SDB_PUSH_BASIC_AUTH (user:password), or --push-auth-file")
+    g.add_argument("--push-interval", type=positive_float, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
+                   help=f"seconds of samples in each pushed profile (default {DEFAULT_INTERVAL_S:g}, at least 1)")
+    if service:
+        g.add_argument("--service", metavar="NAME", help="the service name pushed profiles carry (default: the "
+                                                         "process's program name)")
+    g.add_argument("--push-ca", metavar="FILE", help="CA certificates (PEM) for https:// (default: the system's)")
+    g.add_argument("--push-auth-file", metavar="FILE",
+                   help=f"a file of KEY=VALUE lines: {TOKEN_ENV}=TOKEN or {BASIC_ENV}=USER:PASSWORD, "
+                        f"and {TENANT_ENV}=ID (read instead of the environment)")
+    g.add_argument("--push-tenant", metavar="ID", help="X-Scope-OrgID header (Pyroscope's multi-tenant mode)")
+    g.add_argument("--push-queue", type=positive_float, default=DEFAULT_QUEUE_BYTES / (1 << 20), metavar="MIB",
+                   help=f"profiles waiting to be sent, per destination, at most this many MiB; the oldest are "
+                        f"dropped (counted) beyond it (default {DEFAULT_QUEUE_BYTES >> 20})")
+    g.add_argument("--push-timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help=f"wait at most this long for a backend's answer (default {DEFAULT_TIMEOUT_S:g}; the "
+                        f"connect: 5 s)")
+    g.add_argument("--push-ingest", action="store_true",
+                   help="pyroscope: use the older /ingest endpoint instead of the Connect Push API")
 
 
 def rotation(text: str):

@@ -13,15 +13,16 @@ from typing import Dict, List, Optional
 
 from sdb_trace.output import printable
 
-from .. import __version__, incontext
+from .. import __version__
+from ..ebpf import incontext
 from ..errors import Exit, SdbError
-from ..options import Options
-from ..process import exiting
-from ..recorder import record
-from ..target import open_target, registry_path
-from ..tree import descendants
-from ..push.config import add_push_arguments, push_config
-from .common import add_recording_arguments, check_output_dir, finish_recording
+from ..recording.options import Options
+from ..target.process import exiting
+from ..recording.recorder import record
+from ..target.target import open_target, registry_path
+from ..target.tree import descendants
+from ..push.config import push_config
+from .common import add_push_arguments, add_recording_arguments, check_output_dir, finish_recording
 
 RUBY_NAME = re.compile(r"^ruby[0-9.]*$")
 REGISTRY_POLL_S = 0.01

@@ -6,8 +6,8 @@ import sys
 
 from sdb_trace.output import printable
 
-from ..snapshot import format_text, snapshot
-from ..target import open_target
+from ..recording.snapshot import format_text, snapshot
+from ..target.target import open_target
 
 
 class SnapshotCommand:

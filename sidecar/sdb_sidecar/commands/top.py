@@ -8,14 +8,14 @@ import sys
 import time
 from typing import Dict, Optional, Tuple
 
-from .. import _sampler
-from ..assembly import Children, ReadyProcess
+from ..sampler import _sampler
+from ..recording.assembly import Children, ReadyProcess
 from ..errors import Exit, SdbError
-from ..options import TOP_RATE_HZ, TOP_WINDOW_S, Options
-from ..live import LiveProfile, Settings, TABLE_HEAD, command_text, merge_views, screen_lines
-from ..process import alive, forget
-from ..session import DRAIN_INTERVAL_S, Session
-from ..target import open_target, permission_error
+from ..recording.options import TOP_RATE_HZ, TOP_WINDOW_S, Options
+from ..recording.live import LiveProfile, Settings, TABLE_HEAD, command_text, merge_views, screen_lines
+from ..target.process import alive, forget
+from ..recording.session import DRAIN_INTERVAL_S, Session
+from ..target.target import open_target, permission_error
 from .common import add_depth_argument, positive_float
 
 REFRESH_S = 1.0

@@ -3,7 +3,6 @@ the credentials. Secrets come from the environment or a file, never from argv (a
 `ps`). A bad value is one line and exit code 2 (Exit.USAGE), before anything is recorded."""
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
@@ -56,35 +55,6 @@ def destination(text: str) -> Destination:
     except ValueError:
         raise SdbError(f"--push {text!r}: the URL's port is not a number from 1 to 65535", Exit.USAGE) from None
     return Destination(kind, url.rstrip("/"))
-
-
-def add_push_arguments(p: argparse.ArgumentParser, service: bool = True) -> None:
-    """The --push options (service False: no --service, the agent's processes each name their own)."""
-    from ..commands.common import positive_float
-    g = p.add_argument_group("pushing profiles while recording")
-    g.add_argument("--push", action="append", default=[], metavar="KIND=URL",
-                   help="every --push-interval, send that interval's profiles to a backend: "
-                        "pyroscope=http://pyroscope:4040 (Connect Push API), otlp=http://collector:4318 (OTLP "
-                        "profiles over HTTP); repeatable. Credentials: $SDB_PUSH_TOKEN (bearer) or "
-                        "$SDB_PUSH_BASIC_AUTH (user:password), or --push-auth-file")
-    g.add_argument("--push-interval", type=positive_float, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
-                   help=f"seconds of samples in each pushed profile (default {DEFAULT_INTERVAL_S:g}, at least 1)")
-    if service:
-        g.add_argument("--service", metavar="NAME", help="the service name pushed profiles carry (default: the "
-                                                         "process's program name)")
-    g.add_argument("--push-ca", metavar="FILE", help="CA certificates (PEM) for https:// (default: the system's)")
-    g.add_argument("--push-auth-file", metavar="FILE",
-                   help=f"a file of KEY=VALUE lines: {TOKEN_ENV}=TOKEN or {BASIC_ENV}=USER:PASSWORD, "
-                        f"and {TENANT_ENV}=ID (read instead of the environment)")
-    g.add_argument("--push-tenant", metavar="ID", help="X-Scope-OrgID header (Pyroscope's multi-tenant mode)")
-    g.add_argument("--push-queue", type=positive_float, default=DEFAULT_QUEUE_BYTES / (1 << 20), metavar="MIB",
-                   help=f"profiles waiting to be sent, per destination, at most this many MiB; the oldest are "
-                        f"dropped (counted) beyond it (default {DEFAULT_QUEUE_BYTES >> 20})")
-    g.add_argument("--push-timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                   help=f"wait at most this long for a backend's answer (default {DEFAULT_TIMEOUT_S:g}; the "
-                        f"connect: 5 s)")
-    g.add_argument("--push-ingest", action="store_true",
-                   help="pyroscope: use the older /ingest endpoint instead of the Connect Push API")
 
 
 def _read_auth_file(path: str) -> Dict[str, str]:

@@ -1,4 +1,4 @@
-/* The samples record's encoder (sidecar/sdb_sidecar/native/encode.c) on its own: every integer
+/* The samples record's encoder (sidecar/sdb_sidecar/sampler/native/encode.c) on its own: every integer
  * width msgpack has, on both sides of its edges, byte for byte as msgpack.packb encodes the same
  * dict (the expected bytes below are msgpack 1.x's); array headers of 15, 16 and 65536 entries.
  * (tests/unit/test_sample_batch_encoding.py compares it with TraceWriter through the sampler.) */

@@ -1,4 +1,4 @@
-/* The intern table (sidecar/sdb_sidecar/native/intern.c) on its own: ids in insertion order,
+/* The intern table (sidecar/sdb_sidecar/sampler/native/intern.c) on its own: ids in insertion order,
  * lookups through collisions and growth, clearing, keys compared through the caller's eq. */
 #include <stdint.h>
 #include <string.h>

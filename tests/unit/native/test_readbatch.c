@@ -1,4 +1,4 @@
-/* Batched reads (sidecar/sdb_sidecar/native/readbatch.c) on this process's own memory: every read
+/* Batched reads (sidecar/sdb_sidecar/sampler/native/readbatch.c) on this process's own memory: every read
  * lands where it was told (an address, or a base set after queueing), a read that fails marks its
  * job and the batch goes on after it, more reads than one call takes are split, and a process
  * that is gone says so. */

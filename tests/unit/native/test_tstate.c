@@ -1,4 +1,4 @@
-/* Thread states from the kernel (sidecar/sdb_sidecar/native/tstate.c) on their own: procfs text
+/* Thread states from the kernel (sidecar/sdb_sidecar/sampler/native/tstate.c) on their own: procfs text
  * parsed (a comm holding ") R (", short and empty reads), this process's own threads read through
  * /proc (a running one 'R', a sleeping one 'S' whose switch-in count stays while it sleeps), th->status
  * mapped, and the kernel view's registration and settling on a word array of the test's own. */
