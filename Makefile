@@ -68,8 +68,9 @@ $(STAMPS)/npm: Makefile $(STAMPS)/machine
 demo: setup
 	$(PY) examples/demo.py --ruby $(RUBY) --gem-home $(GEM_HOME_DIR)
 
-# The Rubies under test: Debian's 3.1 and 3.3/3.4 built from Debian's sources (cached in
-# /var/cache/sdb), each with the gem installed as a user installs it. One line each: version path.
+# The Rubies under test: Debian's 3.1, 3.3/3.4 built from Debian's sources and 4.0.5 from its tarball
+# (cached in /var/cache/sdb), each with the gem installed as a user installs it. One line each:
+# version path.
 # Also the configured source tree of Debian's 3.1 (not built) that scripts/gen-layouts reads.
 RUBIES_LIST := $(BUILD)/rubies.txt
 .PHONY: rubies check-ruby-build-env

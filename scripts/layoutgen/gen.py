@@ -62,7 +62,7 @@ ROWS: List[Row] = [
     Row("3.2", "ruby-3.2.0", "v3_2_0", "git tag v3_2_0, configured here (scripts/layoutgen/tree-from-git)", 0),
     Row("3.3", "ruby-3.3.8", "v3_3_8", "scripts/rubies (Debian's ruby3.3 orig tarball)", 1),
     Row("3.4", "ruby-3.4.5", "v3_4_5", "scripts/rubies (Debian's ruby3.4 orig tarball)", 1),
-    Row("4.0", "ruby-4.0.5", "v4_0_5", "scripts/rubies (ruby-4.0.5.tar.xz: the git export of tag v4_0_5, 64336ffd, or the release tarball)", 0),
+    Row("4.0", "ruby-4.0.5", "v4_0_5", "scripts/rubies (ruby-4.0.5.tar.xz: the git export of tag v4_0_5, 64336ffd, or the release tarball)", 1),
 ]
 
 

@@ -9,15 +9,20 @@ interrupted every CPU of the machine at the reads' rate, whatever ran there: ben
 "The reads' timer: per CPU or per thread").
 
 Events are opened as threads appear (`follow`, given the live threads of a process at each drain)
-and closed as they leave that set or exit (the kernel hangs the event up: POLLHUP). At most `limit`
-are open at once; a thread beyond it (or one the kernel refused an event) is read from outside, as
-every thread is between its appearance and its event, and is counted (`untimed`)."""
+and closed as they leave that set or exit (their /proc task entry is gone). Not by poll(): an event
+without a ring buffer (these have none) polls as POLLHUP from its open on, its thread alive or not
+(the kernel's perf_poll returns POLLHUP unless a ring buffer says otherwise), so taking POLLHUP for
+an exit closed and reopened every timer at every drain, and a live thread was without one meanwhile.
+At most `limit` are open at once; a thread beyond it (or one the kernel refused an event) is read
+from outside, as every thread is between its appearance and its event, and is counted (`untimed`).
+A timer stays with a tid: a thread that ended and a new one given its tid between two drains (the
+kernel hands tids out in turn, so only after it went through every pid) would share it."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import platform
-import select
 import threading
 from typing import Dict, Iterable, Set
 
@@ -76,13 +81,11 @@ class ThreadTimers:
         self.limit = limit
         self.fds: Dict[int, int] = {}           # tid -> its event
         self.owner: Dict[int, int] = {}         # tid -> the pid whose registry listed it
-        self.by_fd: Dict[int, int] = {}         # event -> tid
         self.untimed_now: Dict[int, Set[int]] = {}      # pid -> its live threads without a timer
         self.timed: Dict[int, int] = {}         # pid -> threads given a timer
         self.untimed: Dict[int, int] = {}       # pid -> threads read from outside for want of one
         self.pids: Set[int] = set()             # the processes whose threads are timed (`admit`)
         self.peak = 0
-        self.poll = select.poll()
         self.lock = threading.Lock()
 
     def admit(self, pid: int) -> None:
@@ -99,10 +102,10 @@ class ThreadTimers:
             self._follow(pid, live)
 
     def _follow(self, pid: int, live: Set[int]) -> None:
-        self._reap()
         if pid not in self.pids:
             return              # forgotten meanwhile (its recording ended): no new timer
-        for tid in [t for t, p in self.owner.items() if p == pid and t not in live]:
+        for tid in [t for t, p in self.owner.items()
+                    if p == pid and (t not in live or not os.path.exists(f"/proc/{pid}/task/{t}"))]:
             self._close(tid)
         waiting = self.untimed_now.setdefault(pid, set())
         waiting &= live
@@ -110,28 +113,24 @@ class ThreadTimers:
             if tid in self.fds or tid <= 0:
                 continue
             fd = -1
-            if len(self.fds) < self.limit and os.path.exists(f"/proc/{pid}/task/{tid}"):
+            if len(self.fds) < self.limit:
+                if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                    continue            # it ended (its end record comes with a drain): nothing to time
                 try:
                     fd = open_timer(tid, self.period_ns, self.prog_fd)
-                except OSError:
-                    fd = -1             # gone meanwhile, or refused (fds, memory): read from outside
+                except OSError as e:
+                    if e.errno == errno.ESRCH:
+                        continue        # it ended meanwhile
+                    fd = -1             # refused (fds, memory): read from outside
             if fd < 0:
                 if tid not in waiting:
                     waiting.add(tid)
                     self.untimed[pid] = self.untimed.get(pid, 0) + 1
                 continue
             waiting.discard(tid)
-            self.fds[tid], self.owner[tid], self.by_fd[fd] = fd, pid, tid
-            self.poll.register(fd, select.POLLHUP)
+            self.fds[tid], self.owner[tid] = fd, pid
             self.timed[pid] = self.timed.get(pid, 0) + 1
         self.peak = max(self.peak, len(self.fds))
-
-    def _reap(self) -> None:
-        """Close the events of threads that exited (the kernel hangs them up)."""
-        for fd, ev in self.poll.poll(0):
-            tid = self.by_fd.get(fd)
-            if tid is not None and ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
-                self._close(tid)
 
     def forget(self, pid: int) -> None:
         """No timer on pid's threads any more (its recording is over); its counts stay."""
@@ -153,11 +152,5 @@ class ThreadTimers:
             self.untimed_now.clear()
 
     def _close(self, tid: int) -> None:
-        fd = self.fds.pop(tid)
         self.owner.pop(tid, None)
-        self.by_fd.pop(fd, None)
-        try:
-            self.poll.unregister(fd)
-        except KeyError:
-            pass
-        os.close(fd)
+        os.close(self.fds.pop(tid))

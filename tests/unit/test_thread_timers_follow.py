@@ -1,0 +1,125 @@
+"""Which threads keep a timer (sdb_sidecar.threadtimers.ThreadTimers.follow), on threads of this process.
+The events are real cpu-clock perf events on those threads, without the BPF program (open_timer's
+ioctl needs a loaded one): a perf event without a ring buffer polls as hung up while its thread
+lives, which is what made the timers be closed and reopened at every drain."""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+import pytest
+
+from conftest import wait_for
+from sdb_sidecar import threadtimers
+from sdb_sidecar.threadtimers import ATTR_DISABLED, PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, ThreadTimers
+
+pytestmark = pytest.mark.once
+PID = os.getpid()
+
+
+@pytest.fixture
+def opened(monkeypatch):
+    """open_timer replaced by a cpu-clock event on the thread (no program): the tids it was called for."""
+    calls = []
+
+    def open_event(tid: int, period_ns: int, prog_fd: int) -> int:
+        attr = threadtimers._Attr(type=PERF_TYPE_SOFTWARE, size=ctypes.sizeof(threadtimers._Attr),
+                                  config=PERF_COUNT_SW_CPU_CLOCK, sample_period=period_ns, flags=ATTR_DISABLED)
+        fd = threadtimers._libc.syscall(threadtimers._NR_PERF_EVENT_OPEN["x86_64"], ctypes.byref(attr), tid,
+                                        -1, -1, threadtimers.PERF_FLAG_FD_CLOEXEC)
+        if fd < 0:
+            e = ctypes.get_errno()
+            if e in (1, 13) and not calls:          # EPERM, EACCES: perf_event_paranoid, not root
+                pytest.skip(f"perf_event_open refused here: {os.strerror(e)}")
+            raise OSError(e, os.strerror(e))
+        calls.append(tid)
+        return fd
+
+    monkeypatch.setattr(threadtimers, "open_timer", open_event)
+    return calls
+
+
+class Parked:
+    """A thread of this process that waits until ended: its kernel tid."""
+
+    def __init__(self):
+        self.go, self.up = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+        self.up.wait()
+
+    def _run(self):
+        self.tid = threading.get_native_id()
+        self.up.set()
+        self.go.wait()
+
+    def end(self):
+        """Ends it, and waits until the kernel's task is gone too (join returns before)."""
+        self.go.set()
+        self.thread.join()
+        wait_for(lambda: not os.path.exists(f"/proc/{PID}/task/{self.tid}"), 30, what=f"task {self.tid} gone")
+
+
+def timers(limit: int = 8) -> ThreadTimers:
+    t = ThreadTimers(prog_fd=-1, period_ns=1_000_000, limit=limit)
+    t.admit(PID)
+    return t
+
+
+def test_a_live_threads_timer_stays_the_same_event_across_drains(opened):
+    a = Parked()
+    t = timers()
+    try:
+        t.follow(PID, [a.tid])
+        fd = t.fds[a.tid]
+        for _ in range(5):
+            t.follow(PID, [a.tid])
+        assert opened == [a.tid] and t.fds == {a.tid: fd}
+        assert t.counts(PID) == {"timed": 1, "untimed": 0}
+    finally:
+        t.close()
+        a.end()
+
+
+def test_an_ended_threads_timer_closes_though_the_registry_still_lists_it(opened):
+    a, b = Parked(), Parked()
+    t = timers()
+    try:
+        t.follow(PID, [a.tid, b.tid])
+        gone = t.fds[a.tid]
+        a.end()
+        t.follow(PID, [a.tid, b.tid])           # its end record not drained yet
+        assert list(t.fds) == [b.tid]
+        with pytest.raises(OSError):
+            os.fstat(gone)
+        assert opened == [a.tid, b.tid] and t.counts(PID) == {"timed": 2, "untimed": 0}
+    finally:
+        t.close()
+        b.end()
+
+
+def test_a_thread_that_ended_before_its_timer_is_neither_timed_nor_counted_untimed(opened):
+    a = Parked()
+    a.end()
+    t = timers()
+    t.follow(PID, [a.tid])
+    assert opened == [] and t.fds == {} and t.counts(PID) == {"timed": 0, "untimed": 0}
+
+
+def test_threads_beyond_the_limit_are_counted_once_and_timed_when_a_timer_frees(opened):
+    a, b = Parked(), Parked()
+    t = timers(limit=1)
+    try:
+        t.follow(PID, [a.tid, b.tid])
+        first = next(iter(t.fds))
+        other = b.tid if first == a.tid else a.tid
+        for _ in range(3):
+            t.follow(PID, [a.tid, b.tid])
+        assert list(t.fds) == [first] and t.counts(PID) == {"timed": 1, "untimed": 1}
+        t.follow(PID, [other])                  # the first one left the registry
+        assert list(t.fds) == [other] and t.counts(PID) == {"timed": 2, "untimed": 1}
+    finally:
+        t.close()
+        a.end()
+        b.end()
