@@ -9,7 +9,8 @@ interrupted every CPU of the machine at the reads' rate, whatever ran there: ben
 "The reads' timer: per CPU or per thread").
 
 Events are opened as threads appear (`follow`, given the live threads of a process at each drain)
-and closed as they leave that set or exit (the kernel hangs the event up: POLLHUP). At most `limit`
+and closed as they leave that set or exit (their /proc/PID/task/TID is gone: an event without a ring
+buffer polls POLLHUP all its life, so poll cannot tell an exited thread from a live one). At most `limit`
 are open at once; a thread beyond it (or one the kernel refused an event) is read from outside, as
 every thread is between its appearance and its event, and is counted (`untimed`)."""
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-import select
 import threading
 from typing import Dict, Iterable, Set
 
@@ -76,13 +76,11 @@ class ThreadTimers:
         self.limit = limit
         self.fds: Dict[int, int] = {}           # tid -> its event
         self.owner: Dict[int, int] = {}         # tid -> the pid whose registry listed it
-        self.by_fd: Dict[int, int] = {}         # event -> tid
         self.untimed_now: Dict[int, Set[int]] = {}      # pid -> its live threads without a timer
         self.timed: Dict[int, int] = {}         # pid -> threads given a timer
         self.untimed: Dict[int, int] = {}       # pid -> threads read from outside for want of one
         self.pids: Set[int] = set()             # the processes whose threads are timed (`admit`)
         self.peak = 0
-        self.poll = select.poll()
         self.lock = threading.Lock()
 
     def admit(self, pid: int) -> None:
@@ -99,7 +97,7 @@ class ThreadTimers:
             self._follow(pid, live)
 
     def _follow(self, pid: int, live: Set[int]) -> None:
-        self._reap()
+        live -= self._reap()    # exited, though still listed (a registry a tick behind): not timed again
         if pid not in self.pids:
             return              # forgotten meanwhile (its recording ended): no new timer
         for tid in [t for t, p in self.owner.items() if p == pid and t not in live]:
@@ -121,17 +119,19 @@ class ThreadTimers:
                     self.untimed[pid] = self.untimed.get(pid, 0) + 1
                 continue
             waiting.discard(tid)
-            self.fds[tid], self.owner[tid], self.by_fd[fd] = fd, pid, tid
-            self.poll.register(fd, select.POLLHUP)
+            self.fds[tid], self.owner[tid] = fd, pid
             self.timed[pid] = self.timed.get(pid, 0) + 1
         self.peak = max(self.peak, len(self.fds))
 
-    def _reap(self) -> None:
-        """Close the events of threads that exited (the kernel hangs them up)."""
-        for fd, ev in self.poll.poll(0):
-            tid = self.by_fd.get(fd)
-            if tid is not None and ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
-                self._close(tid)
+    def _reap(self) -> Set[int]:
+        """Close the events of threads that exited; their tids. Not by poll: the kernel answers POLLHUP
+        for an event with no ring buffer mapped whether its thread lives or not (perf_poll), so every
+        timer would be closed and opened again at every drain (perf_event_open, two ioctls and a close
+        per thread, each a call to the CPU the thread runs on) and its period restarted."""
+        gone = {tid for tid, pid in self.owner.items() if not os.path.exists(f"/proc/{pid}/task/{tid}")}
+        for tid in gone:
+            self._close(tid)
+        return gone
 
     def forget(self, pid: int) -> None:
         """No timer on pid's threads any more (its recording is over); its counts stay."""
@@ -155,9 +155,4 @@ class ThreadTimers:
     def _close(self, tid: int) -> None:
         fd = self.fds.pop(tid)
         self.owner.pop(tid, None)
-        self.by_fd.pop(fd, None)
-        try:
-            self.poll.unregister(fd)
-        except KeyError:
-            pass
         os.close(fd)
