@@ -1,4 +1,4 @@
-"""Which threads keep a timer (sdb_sidecar.threadtimers.ThreadTimers.follow), on threads of this process.
+"""Which threads keep a timer (sdb_sidecar.ebpf.threadtimers.ThreadTimers.follow), on threads of this process.
 The events are real cpu-clock perf events on those threads, without the BPF program (open_timer's
 ioctl needs a loaded one): a perf event without a ring buffer polls as hung up while its thread
 lives, which is what made the timers be closed and reopened at every drain."""
@@ -11,8 +11,8 @@ import threading
 import pytest
 
 from conftest import wait_for
-from sdb_sidecar import threadtimers
-from sdb_sidecar.threadtimers import ATTR_DISABLED, PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, ThreadTimers
+from sdb_sidecar.ebpf import threadtimers
+from sdb_sidecar.ebpf.threadtimers import ATTR_DISABLED, PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, ThreadTimers
 
 pytestmark = pytest.mark.once
 PID = os.getpid()
