@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from conftest import PROGRAMS, SIDECAR, SYMBOLIZE, read_trace, ruby_cmd, ruby_env, wait_for
+from sdb_trace import KIND_RUBY
 from ebpf_wait import SidecarProcess, wait_for_ebpf
 from sdb_symbolize.reporters.json_lines import read_samples
 
@@ -42,6 +43,29 @@ def unnamed_samples(trace_path, start_ns: int = 0, end_ns: int = 1 << 63) -> lis
         if start_ns <= s["t_ns"] <= end_ns and any(u in f[0] for f in s["frames"] for u in UNNAMED):
             out.append(s)
     return out
+
+
+def refused_for_a_sweep(trace) -> set:
+    """The ISeqs the sidecar left unnamed because a GC sweep could have freed their names' Strings
+    between the sample and every read (without eBPF a name is read from the target; a program that
+    allocates slowly on 3.1 sweeps lazily nearly all the time): each `(unknown)` record of theirs
+    says `refused: "sweep"` (a later sighting may name them: from then on). A wrong name is worse
+    than none: those stay unnamed, counted, by design."""
+    unknown: dict = {}
+    for r in trace.records:
+        if r["t"] == "iseq" and r.get("label") == "(unknown)":
+            unknown.setdefault(r["addr"], []).append(r)
+    return {a for a, rs in unknown.items() if all(r.get("refused") == "sweep" for r in rs)}
+
+
+def unnamed_only_for_a_sweep(trace, sample, refused: set) -> bool:
+    """Every unnamed frame of `sample` (as sdb-symbolize's json gives it) is an ISeq of `refused`."""
+    if not refused or any(f[0].startswith("(C function)") for f in sample["frames"]):
+        return False
+    unknown = sum(f[0].startswith("(unknown") for f in sample["frames"])
+    t = trace.tables
+    return any(sum(t.frame_iseq[f] in refused for f in t.stacks[sid] if t.frame_kind[f] == KIND_RUBY) == unknown
+               for t_ns, _serial, sid, _state in trace.samples if t_ns == sample["t_ns"])
 
 
 def unnamed_story(trace) -> str:
@@ -105,13 +129,18 @@ def test_short_recordings_name_every_frame(tmp_path, ruby_target, sidecar_proces
     # THEN no frame of either is a "(C function)" or an "(unknown ISeq ...)" (for `record`: while the
     # program ran, up to its last line), and the end records count what stayed unnamed: nothing, for
     # the program attached to (`record`'s may count what the program's exit took away)
+    # but a frame the sidecar refused to name because a GC sweep could have freed its name (each of
+    # its ISeq's records says so, and the end record counts each)
     for path, window in ((trace.path, (start, end)), (attached, (0, 1 << 63))):
         t = read_trace(path)
         assert t.end["samples"] > 0
-        unnamed = unnamed_samples(path, *window)
+        refused = refused_for_a_sweep(t)
+        unnamed = [s for s in unnamed_samples(path, *window) if not unnamed_only_for_a_sweep(t, s, refused)]
         assert not unnamed, f"{len(unnamed)} samples unnamed in {path}, the first: {unnamed[0]}; {unnamed_story(t)}"
         if path == attached:
-            assert t.end["unnamed"] == {"iseqs": 0, "methods": 0}, t.end
+            swept = sum(1 for r in t.records if r["t"] == "iseq" and r.get("refused") == "sweep")
+            assert t.end["unnamed"] == {"iseqs": swept, "methods": 0}, t.end
+            assert t.end["names_read_in_sweep"] >= swept, t.end
         labels = {lbl for row in t.stack_labels for lbl in row if lbl}
         assert ("each_work" in labels) if kind == "each" else ("work" in labels)
 

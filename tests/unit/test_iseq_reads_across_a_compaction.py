@@ -178,8 +178,8 @@ def test_a_read_in_a_sweep_that_never_ends_before_the_read_again_allowance_is_un
     d.to_read.append((A, lo, INSTRUCTIONS))
     d.name_remotely()
     d.name_remotely(final=True)
-    # THEN the ISeq is (unknown), counted: never the String in its path's slot
-    assert d.writer.iseqs == [(A, lo, "remote", UNKNOWN_ISEQ)]
+    # THEN the ISeq is (unknown), counted, its record saying why: never the String in its path's slot
+    assert d.writer.iseqs == [(A, lo, "remote", {**UNKNOWN_ISEQ, "refused": "sweep"})]
     assert (d.unnamed_iseqs, d.sweep_reads) == (1, 2)
 
 
@@ -221,7 +221,7 @@ def test_a_read_across_an_ebpf_pause_is_taken_only_if_no_sweep_started_since_the
     # THEN after such a sweep the ISeq is (unknown) and counted, never the name read; without one the
     # read is taken, counted as unproven
     if sweep_since:
-        assert d.writer.iseqs == [(A, lo, "remote", UNKNOWN_ISEQ)]
+        assert d.writer.iseqs == [(A, lo, "remote", {**UNKNOWN_ISEQ, "refused": "sweep"})]
         assert (d.unnamed_iseqs, d.sweep_reads, d.unproven) == (1, 1, 0)
     else:
         assert d.writer.iseqs == [(A, lo, "remote", NAME)]

@@ -66,6 +66,8 @@ class Drainer:
         self.unproven = 0           # remote names taken without eBPF's proof that nothing was born between
         self.sweep_reads = 0        # ISeq reads set aside (read again) for a GC sweep before or during them,
                                     # or refused for one started since the sample across an eBPF pause
+        self.sweep_refused: set = set()  # ISeqs whose last read was refused for a GC sweep (their
+                                    # `(unknown)` record says so: `refused: "sweep"`)
         self.sweep_counts: list = []    # [(ns, GC sweeps started by then)], at the end of the last drains
         self.sweep_wait_left = SWEEP_WAIT_BUDGET_S  # this drain's waits for sweeps left (read_iseq)
         self.unnamed_iseqs = 0      # ISeqs written as (unknown): gone, replaced, or superseded before the read
@@ -188,6 +190,7 @@ class Drainer:
         shortly (SWEEP_WAIT_S, within the drain's budget), then it failed on what passes, and is
         read again at the next drains."""
         since = self.sweeps_at(lo)
+        self.sweep_refused.discard(addr)
         while True:
             self.remote.forget(addr)
             calm = self.remote.gc_calm()
@@ -203,6 +206,7 @@ class Drainer:
                 return info, False, _sampler.monotonic_ns()
             if self.sweep_wait_left <= 0:
                 self.sweep_reads += 1
+                self.sweep_refused.add(addr)
                 return None, False, _sampler.monotonic_ns()
             # a lazy sweep ends within milliseconds while the app allocates: try again shortly
             # rather than at the next drain, a tenth of a second or more from now
@@ -259,12 +263,16 @@ class Drainer:
                     # old one's, freed and reused) passes every check of the read; only a sweep frees
                     # the sample's ISeq for it, so the read is taken only if none started since
                     self.sweep_reads += 1
+                    self.sweep_refused.add(addr)
                     info = None
                 else:
                     self.unproven += 1
             if info is None:
                 self.unnamed_iseqs += 1
-            self.write_iseq(addr, lo, "remote", info if info is not None else UNKNOWN_ISEQ)
+                why = {"refused": "sweep"} if addr in self.sweep_refused else {}
+                self.write_iseq(addr, lo, "remote", UNKNOWN_ISEQ, **why)
+            else:
+                self.write_iseq(addr, lo, "remote", info)
 
     def drain_ebpf(self) -> None:
         """ISeqs named at birth by eBPF (source "ebpf", the event's time); moves keep a name."""
