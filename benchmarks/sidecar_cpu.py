@@ -97,7 +97,10 @@ def ebpf_marker(cfg) -> str:
     """The trace record that says the sidecar's eBPF programs are all in (the last one it attaches), or
     "" where it will have none (then the window starts after the first samples alone)."""
     try:
+        from sdb_sidecar.ebpf.bpfload import EbpfUnavailable, check_available
+    except ImportError:         # a build from before the layer folders (compare_builds --before)
         from sdb_sidecar.bpfload import EbpfUnavailable, check_available
+    try:
         check_available()
     except EbpfUnavailable:
         return ""
