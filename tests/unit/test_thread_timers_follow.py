@@ -73,6 +73,7 @@ def test_a_live_threads_timer_stays_the_same_event_across_drains(opened):
     try:
         t.follow(PID, [a.tid])
         fd = t.fds[a.tid]
+        assert os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[perf_event]"
         for _ in range(5):
             t.follow(PID, [a.tid])
         assert opened == [a.tid] and t.fds == {a.tid: fd}
@@ -94,6 +95,8 @@ def test_an_ended_threads_timer_closes_though_the_registry_still_lists_it(opened
         with pytest.raises(OSError):
             os.fstat(gone)
         assert opened == [a.tid, b.tid] and t.counts(PID) == {"timed": 2, "untimed": 0}
+        t.follow(PID, [])                       # the other left the registry: no timer is left
+        assert t.fds == {} and t.owner == {}
     finally:
         t.close()
         b.end()
