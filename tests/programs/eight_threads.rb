@@ -14,7 +14,7 @@
 #   "ready"            every thread is registered and in its named method
 #   (reads "go" on stdin: the test has started recording)
 #   "ended"            2 s after go: doomed_thread killed and raising_thread dead
-#   (reads "spawn")
+#   (reads "spawn": the test sends it once its recording is over)
 #   "spawned"          one more thread has started (and registered)
 # Then the main thread parks until killed.
 $stdout.sync = true
