@@ -29,9 +29,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def inner(pid: int, rate: float, ticks: int) -> None:
     """Runs in the measured build's Python: tick `ticks` times at `rate`, print ticks and samples."""
-    from sdb_sidecar.recording.options import Options
-    from sdb_sidecar.recording.session import new_sampler
-    from sdb_sidecar.target.target import open_target
+    try:
+        from sdb_sidecar.recording.options import Options
+        from sdb_sidecar.recording.session import new_sampler
+        from sdb_sidecar.target.target import open_target
+    except ImportError:         # a build from before the layer folders (ed9dcc2)
+        from sdb_sidecar.options import Options
+        from sdb_sidecar.session import new_sampler
+        from sdb_sidecar.target import open_target
     s = new_sampler(open_target(pid), Options(rate_hz=rate))
     period = 1.0 / rate
     samples, drained_at = 0, time.monotonic()

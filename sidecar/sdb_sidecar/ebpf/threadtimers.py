@@ -9,7 +9,8 @@ interrupted every CPU of the machine at the reads' rate, whatever ran there: ben
 "The reads' timer: per CPU or per thread").
 
 Events are opened as threads appear (`follow`, given the live threads of a process at each drain)
-and closed as they leave that set or exit (their /proc task entry is gone). Not by poll(): an event
+and closed as they leave that set or exit (their /proc task entry is gone: one listing of the
+process's task directory a drain, not a stat per timer, whatever the number of threads). Not by poll(): an event
 without a ring buffer (these have none) polls as POLLHUP from its open on, its thread alive or not
 (the kernel's perf_poll returns POLLHUP unless a ring buffer says otherwise), so taking POLLHUP for
 an exit closed and reopened every timer at every drain, and a live thread was without one meanwhile.
@@ -71,6 +72,15 @@ def open_timer(tid: int, period_ns: int, prog_fd: int) -> int:
     return fd
 
 
+def kernel_tasks(pid: int) -> Set[int]:
+    """The tids of process pid's threads that the kernel still has (its /proc task directory, listed
+    once: none when the process is gone)."""
+    try:
+        return {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+    except OSError:
+        return set()
+
+
 class ThreadTimers:
     """The timers of the recorded threads, at most `limit` open (the drain loop follows the threads;
     the eBPF hub's thread starts them when the reads come in)."""
@@ -104,8 +114,8 @@ class ThreadTimers:
     def _follow(self, pid: int, live: Set[int]) -> None:
         if pid not in self.pids:
             return              # forgotten meanwhile (its recording ended): no new timer
-        for tid in [t for t, p in self.owner.items()
-                    if p == pid and (t not in live or not os.path.exists(f"/proc/{pid}/task/{t}"))]:
+        tasks = kernel_tasks(pid)
+        for tid in [t for t, p in self.owner.items() if p == pid and (t not in live or t not in tasks)]:
             self._close(tid)
         waiting = self.untimed_now.setdefault(pid, set())
         waiting &= live
@@ -114,7 +124,7 @@ class ThreadTimers:
                 continue
             fd = -1
             if len(self.fds) < self.limit:
-                if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                if tid not in tasks:
                     continue            # it ended (its end record comes with a drain): nothing to time
                 try:
                     fd = open_timer(tid, self.period_ns, self.prog_fd)
