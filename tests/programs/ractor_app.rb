@@ -1,0 +1,89 @@
+# A Ractor app: threads of the main Ractor parked at known places in named, labelled work (methods
+# of classes and modules, blocks, a core class reopened, a unit of work of Sdb.label) while three
+# non-main Ractors compute. With RUBY_BOX=1 (Ruby 4.0+) the shop's classes are loaded into a
+# Ruby::Box of their own and core classes are reopened in the main box: class data per box.
+#
+#   ruby ractor_app.rb OUT_JSON      (SDB_GOLDEN_DIR: where the test built tests/support/golden)
+#
+# Once every thread is parked, writes OUT_JSON: for each thread name, Ruby's own view of its frames
+# (SdbGolden.frames) and its Thread#backtrace_locations; then prints "ready {json}" and sleeps.
+$LOAD_PATH.unshift(ENV.fetch("SDB_GOLDEN_DIR"))
+require "json"
+require "sdb"
+require "sdb_golden"
+$stdout.sync = true
+Warning[:experimental] = false # "Ractor is experimental"
+Thread.current.name = "ractor_main"
+BOXED = defined?(Ruby::Box) && Ruby::Box.enabled?
+
+if BOXED
+  SHOP_BOX = Ruby::Box.new
+  SHOP_BOX.require(File.join(__dir__, "ractor_app_shop.rb"))
+  Shop = SHOP_BOX::Shop
+else
+  require_relative "ractor_app_shop"
+end
+
+# ------------------------------------------------------------------ the non-main Ractors: compute
+class Cruncher
+  def initialize(k)
+    @k = k
+  end
+
+  def spin
+    loop do
+      step(20_000)
+      sleep 0.002
+    end
+  end
+
+  def step(n) = (1..n).sum * @k
+end
+
+RACTORS = Array.new(3) { |k| Ractor.new(k) { |x| Cruncher.new(x).spin } }
+
+# ------------------------------------------------------------------ the main Ractor's threads
+$started = Queue.new
+
+def park(name)
+  SdbGolden.arm(:sleep); $started << name; sleep
+end
+
+module Tally                                                         # a module reopening a core class
+  refine Array do
+    def tally_each(&blk) = each(&blk)
+  end
+end
+using Tally
+
+class Integer                                                        # reopened in the main box
+  def park_here(name) = [self].tally_each { park(name) }
+end
+
+class Report
+  def self.build(name) = new.render(name)
+  def render(name) = Sdb.label(endpoint: "report") { 2.times { |i| return 7.park_here(name) if i == 1 } }
+end
+
+threads = {
+  "shop" => Thread.new { Shop::Cart.new([1]).checkout { park(:shop) } },
+  "boxed_core" => Thread.new { Shop.cents(3) { park(:boxed_core) } },
+  "report" => Thread.new { Report.build(:report) },
+}
+threads.each { |name, th| th.name = name }
+threads.size.times { $started.pop }
+sleep 0.01 until threads.values.all? { |th| th.status == "sleep" }
+sleep 0.05 # Ruby 3.1: each parked thread's c_call hook ran before it blocked
+
+out = threads.to_h do |name, th|
+  locs = th.backtrace_locations.map do |l|
+    { "label" => l.label, "base_label" => l.base_label, "path" => l.path, "line" => l.lineno }
+  end
+  golden = SdbGolden.frames(th)&.map { |label, path, line| { "label" => label, "path" => path, "line" => line } }
+  [name, { "golden" => golden, "backtrace" => locs }]
+end
+File.write(ARGV.fetch(0), JSON.generate(out))
+# syswrite: under RUBY_BOX=1 Ruby 4.0.5 can leave a line put to a pipe in its buffer, $stdout.sync or not
+STDOUT.syswrite "ready " + JSON.generate({ "pid" => Process.pid, "boxed" => BOXED ? true : false, "sdb_enabled" => Sdb.enabled?,
+                                     "ractors" => RACTORS.size }) + "\n"
+sleep
