@@ -73,6 +73,8 @@ def check_labels(app: dict) -> None:
     """Every frame of the snapshot and of every sample of the recording is Ruby's own, nothing is
     unnamed, and no thread of a non-main Ractor is shown."""
     truth, snap, trace = app["truth"], app["snap"], app["trace"]
+    # each non-main Ractor named its thread and labelled a step with the gem loaded, none raised
+    assert app["info"]["ractor_steps"] == ["ok"] * 3, app["info"]
     # the snapshot: the main thread and the parked ones, nothing of the non-main Ractors
     assert sorted(t["name"] for t in snap["threads"]) == sorted(["ractor_main", *PARKED]), \
         [t["name"] for t in snap["threads"]]
@@ -101,12 +103,14 @@ def check_labels(app: dict) -> None:
     # nothing unnamed, and the end record says so
     assert unnamed == 0
     assert trace.end["unnamed"] == {"iseqs": 0, "methods": 0}, trace.end
+    # and nothing published from the other Ractors: not one of their labelled steps
+    assert not [sp for sp in trace.tables.spans.values() if sp["endpoint"] == "crunch"]
 
 
 def test_a_ractor_app_records_with_right_labels(tmp_path, golden_ext):
     # GIVEN a Ractor app: named work parked in the main Ractor while three other Ractors compute
     app = record_app(tmp_path, golden_ext, {})
-    assert app["info"]["ractors"] == 3 and not app["info"]["boxed"]
+    assert not app["info"]["boxed"]
     # WHEN sdb snapshots and records it THEN every frame is Ruby's own, none unnamed, no Ractor's thread shown
     check_labels(app)
 

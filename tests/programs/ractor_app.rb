@@ -25,14 +25,25 @@ else
 end
 
 # ------------------------------------------------------------------ the non-main Ractors: compute
+# Each names its thread and labels its steps, as an app's Ractor workers may (the gem must neither
+# raise there nor publish anything from there), and says how its first step went: through a
+# Ractor::Port from Ruby 4.0 (Ractor.yield is gone), Ractor.yield before.
 class Cruncher
   def initialize(k)
     @k = k
   end
 
-  def spin
+  def spin(port)
+    said = begin
+      Thread.current.name = "cruncher #{@k}"
+      Sdb.label(endpoint: "crunch") { step(1_000) }
+      "ok"
+    rescue Exception => e # rubocop:disable Lint/RescueException
+      e.class.name
+    end
+    port ? port << said : Ractor.yield(said)
     loop do
-      step(20_000)
+      Sdb.label(endpoint: "crunch") { step(20_000) }
       sleep 0.002
     end
   end
@@ -40,7 +51,9 @@ class Cruncher
   def step(n) = (1..n).sum * @k
 end
 
-RACTORS = Array.new(3) { |k| Ractor.new(k) { |x| Cruncher.new(x).spin } }
+PORT = defined?(Ractor::Port) ? Ractor::Port.new : nil
+RACTORS = Array.new(3) { |k| Ractor.new(k, PORT) { |x, port| Cruncher.new(x).spin(port) } }
+RACTOR_STEPS = RACTORS.map { |r| PORT ? PORT.receive : r.take }
 
 # ------------------------------------------------------------------ the main Ractor's threads
 $started = Queue.new
@@ -85,5 +98,5 @@ end
 File.write(ARGV.fetch(0), JSON.generate(out))
 # syswrite: under RUBY_BOX=1 Ruby 4.0.5 can leave a line put to a pipe in its buffer, $stdout.sync or not
 STDOUT.syswrite "ready " + JSON.generate({ "pid" => Process.pid, "boxed" => BOXED ? true : false, "sdb_enabled" => Sdb.enabled?,
-                                     "ractors" => RACTORS.size }) + "\n"
+                                     "ractor_steps" => RACTOR_STEPS }) + "\n"
 sleep
