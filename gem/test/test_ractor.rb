@@ -57,5 +57,47 @@ class TestRactor < Minitest::Test
     # a non-main Ractor's thread was alive and parked: only the main thread has a slot
     assert_equal [1 | 2], r["live"] # SDB_SLOT_MAIN | SDB_SLOT_ADOPTED
   end
-end
 
+  # What an app may call of the gem, called inside non-main Ractors: each call's value or the
+  # class of what it raised. Then the main Ractor's own span, and what its span ring holds.
+  API_PROGRAM = <<~RUBY
+    require "sdb"
+    Warning[:experimental] = false
+    take = ->(r) { r.respond_to?(:value) ? r.value : r.take }
+    def call(name)
+      case name
+      when "enabled?" then Sdb.enabled?
+      when "registry_path" then Sdb.registry_path.is_a?(String) || Sdb.registry_path.nil?
+      when "label" then Sdb.label(endpoint: "in a ractor", request_id: "r1") { :labelled }
+      when "current" then Sdb::Spans.current
+      when "open" then Sdb::Spans.open(Sdb::KIND_JOB, "ractor job")
+      when "close" then Sdb::Spans.close(1, 0, "ractor job", nil, 0)
+      when "thread name=" then (Thread.current.name = "in a ractor"; Thread.current.name)
+      end
+    end
+    NAMES = ["enabled?", "registry_path", "label", "current", "open", "close", "thread name="].freeze
+    out = NAMES.to_h do |name|
+      r = Ractor.new(name) { |n| begin; [:ok, call(n)]; rescue Exception => e; [:raised, e.class.name]; end }
+      [name, take.call(r).map(&:to_s)]
+    end
+    span = Sdb::Spans.open(Sdb::KIND_JOB, "main job")
+    Sdb::Spans.close(span, 0, "main job", nil, 0)
+    puts JSON.dump("calls" => out, "main_span" => span, "enabled" => Sdb.enabled?,
+                   "span_head" => Sdb.enabled? ? SdbRegistryReader.read(Sdb.registry_path)["span_head"] : nil)
+  RUBY
+
+  def test_the_gems_methods_never_raise_in_a_non_main_ractor_and_publish_nothing_there
+    r = run_json(API_PROGRAM)
+    plain = run_json(API_PROGRAM, "SDB_DISABLE" => "1") # the gem's Ruby fallbacks alone, no extension
+    assert_equal true, r["enabled"]
+    # THEN every call returns what it returns without the extension (enabled? says what the process is)
+    assert_equal({ "enabled?" => %w[ok true], "registry_path" => %w[ok true], "label" => %w[ok labelled],
+                   "current" => %w[ok 0], "open" => %w[ok 0], "close" => ["ok", ""], "thread name=" => ["ok", "in a ractor"] },
+                 r["calls"])
+    assert_equal r["calls"].merge("enabled?" => %w[ok false]), plain["calls"]
+    # AND nothing was written by the other Ractors: the main Ractor's span is the first, its begin
+    # and end the ring's only two entries
+    assert_equal 1, r["main_span"]
+    assert_equal 2, r["span_head"]
+  end
+end

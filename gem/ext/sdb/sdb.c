@@ -159,6 +159,20 @@ sdb_registry_path(VALUE self)
     return sdb.hdr && sdb.path[0] ? rb_str_new_cstr(sdb.path) : Qnil;
 }
 
+/* The gem's state (slots, spans, its Hash of endpoint names, the spare) is the main Ractor's, used
+ * under its GVL. Another Ractor runs in parallel with it, under a lock of its own: whatever it
+ * calls of the gem must touch none of that. Its threads have no slot (event hooks are per Ractor),
+ * so it has nothing to publish either. Told apart by a Ractor-local value only the main Ractor
+ * holds (set at require, which runs in the main Ractor: ruby/ractor.h's public API). */
+static rb_ractor_local_key_t sdb_main_ractor_key;
+
+int
+sdb_in_main_ractor(void)
+{
+    VALUE v = Qfalse;
+    return rb_ractor_local_storage_value_lookup(sdb_main_ractor_key, &v) && v == Qtrue;
+}
+
 void
 Init_sdb_ext(void)
 {
@@ -167,6 +181,8 @@ Init_sdb_ext(void)
     const char *priv[] = { "__open", "__enabled?", "__registry_path" };
     size_t i;
 
+    sdb_main_ractor_key = rb_ractor_local_storage_value_newkey();
+    rb_ractor_local_storage_value_set(sdb_main_ractor_key, Qtrue);
     sdb_id_alive_p = rb_intern("alive?");
     sdb_id_name = rb_intern("name");
     sdb_id_warn = rb_intern("warn");
@@ -175,6 +191,10 @@ Init_sdb_ext(void)
     rb_gc_register_mark_object(sdb.threads_holder);
     sdb.strings = rb_obj_hide(rb_hash_new());
     rb_gc_register_mark_object(sdb.strings);
+    rb_define_singleton_method(mSdb, "__open", sdb_open, 0); /* the main Ractor's alone (require) */
+    /* What an app may call in any Ractor: Ruby raises Ractor::UnsafeError in a non-main Ractor for a
+     * C method defined before this. In one, the spans are no-ops and the rest only reads. */
+    rb_ext_ractor_safe(true);
     {
         VALUE spans = rb_define_module_under(mSdb, "Spans");
         rb_define_singleton_method(spans, "current", sdb_spans_current, 0);
@@ -186,7 +206,6 @@ Init_sdb_ext(void)
         rb_define_const(mSdb, "KIND_LABEL", INT2FIX(SDB_KIND_LABEL));
     }
 
-    rb_define_singleton_method(mSdb, "__open", sdb_open, 0);
     rb_define_singleton_method(mSdb, "__enabled?", sdb_enabled_p, 0);
     rb_define_singleton_method(mSdb, "__registry_path", sdb_registry_path, 0);
     for (i = 0; i < sizeof(priv) / sizeof(priv[0]); i++)

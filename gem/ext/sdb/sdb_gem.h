@@ -30,6 +30,7 @@
 #ifdef HAVE_RUBY_THREAD_H
 #include <ruby/thread.h>
 #endif
+#include <ruby/ractor.h>
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -185,6 +186,9 @@ SDB_INTERNAL void sdb_spare_ready(void);
 SDB_INTERNAL void sdb_sweep_children(int take_back);
 SDB_INTERNAL void sdb_warn(const char *msg);
 
+/* sdb.c: which Ractor runs the caller (the gem's state belongs to the main Ractor) */
+SDB_INTERNAL int sdb_in_main_ractor(void);
+
 /* sdb_check.c: the layout check and the facts it proves */
 SDB_INTERNAL void sdb_check_classes(struct sdb_layout *L, VALUE mod);
 SDB_INTERNAL int sdb_check_layout(const struct sdb_layout *L, char *why, size_t cap);
@@ -199,7 +203,7 @@ SDB_INTERNAL const struct sdb_layout_row * sdb_pick_row(const char *name);
 SDB_INTERNAL void sdb_adopt_running_threads(void);
 SDB_INTERNAL void sdb_after_failed_exec(void);
 SDB_INTERNAL const char * sdb_after_fork_child(char *why, size_t cap);
-SDB_INTERNAL void sdb_before_exec(void);
+SDB_INTERNAL void sdb_before_exec(int main_ractor);
 SDB_INTERNAL struct sdb_slot * sdb_slot_of(uint64_t th);
 SDB_INTERNAL int sdb_slot_register(VALUE thread, uint32_t tid, VALUE name, uint32_t flags, int current);
 SDB_INTERNAL void sdb_slot_rename(uint64_t th, VALUE name);

@@ -58,7 +58,7 @@ static VALUE
 sdb_m_name_set(VALUE self, VALUE name)
 {
     VALUE ret = sdb.orig_name_set(self, name); /* raises as Ruby does; returns the frozen name or nil */
-    sdb_slot_rename(sdb_thread_ptr(self), ret);
+    if (sdb_in_main_ractor()) sdb_slot_rename(sdb_thread_ptr(self), ret); /* another's threads have no slot */
     return ret;
 }
 
@@ -66,6 +66,7 @@ static VALUE
 sdb_m_fork(VALUE self)
 {
     VALUE pid;
+    if (!sdb_in_main_ractor()) return sdb.orig_fork(self); /* Ruby refuses it there (process.c) */
     if (sdb.hdr && sdb.enabled) {
         sdb_sweep_children(1);
         sdb_spare_ready();
@@ -108,7 +109,7 @@ sdb_exec_with(sdb_cfunc_t func, int argc, const VALUE *argv, VALUE self)
     struct sdb_exec_call c = { func, argc, argv, self };
     int state = 0;
     VALUE ret;
-    sdb_before_exec();
+    sdb_before_exec(sdb_in_main_ractor());
     ret = rb_protect(sdb_exec_call, (VALUE)&c, &state);
     sdb_after_failed_exec(); /* exec came back (it raised): still this Ruby */
     if (state) rb_jump_tag(state);
@@ -313,7 +314,7 @@ sdb_spans_current(VALUE self)
     uint64_t th;
     struct sdb_slot *s;
     (void)self;
-    if (!sdb.enabled) return INT2FIX(0);
+    if (!sdb.enabled || !sdb_in_main_ractor()) return INT2FIX(0);
     th = sdb_thread_ptr(rb_thread_current());
     s = sdb_slot_of(th);
     if (!s || s->span_ec != sdb_current_ec(th)) return INT2FIX(0);
@@ -334,7 +335,7 @@ sdb_spans_open(int argc, VALUE *argv, VALUE self)
     rb_check_arity(argc, 2, 4);
     kind = argv[0];
     endpoint = argv[1];
-    if (!sdb.enabled || !sdb.hdr) return INT2FIX(0);
+    if (!sdb.enabled || !sdb.hdr || !sdb_in_main_ractor()) return INT2FIX(0);
     sdb_trace_ids(argc > 2 ? argv[2] : Qnil, argc > 3 ? argv[3] : Qnil, ids);
     th = sdb_thread_ptr(rb_thread_current());
     ec = sdb_current_ec(th);
@@ -359,7 +360,8 @@ sdb_spans_close(VALUE self, VALUE span, VALUE parent, VALUE endpoint, VALUE requ
     uint64_t th, sp, par;
     struct sdb_slot *s;
     (void)self;
-    if (!sdb.enabled || !sdb.hdr || !RB_INTEGER_TYPE_P(span) || (sp = NUM2ULL(span)) == 0) return Qnil;
+    if (!sdb.enabled || !sdb.hdr || !sdb_in_main_ractor() || !RB_INTEGER_TYPE_P(span) || (sp = NUM2ULL(span)) == 0)
+        return Qnil;
     par = RB_INTEGER_TYPE_P(parent) ? NUM2ULL(parent) : 0;
     th = sdb_thread_ptr(rb_thread_current());
     s = sdb_slot_of(th);

@@ -368,13 +368,14 @@ sdb_after_fork_child(char *why, size_t cap)
 }
 
 /* exec keeps our pid and start ticks, so a file left behind would describe a process that is no
- * longer Ruby: unlink it first. */
+ * longer Ruby: unlink it first. From a non-main Ractor (which runs beside the main one, whose
+ * fork may be using the spare) only that: the spare stays as it is. */
 void
-sdb_before_exec(void)
+sdb_before_exec(int main_ractor)
 {
     if (getpid() != sdb.pid) return;
     if (sdb.hdr && sdb.path[0]) unlink(sdb.path);
-    if (sdb_spare.map) { /* a new spare is made at the next fork, if exec fails */
+    if (main_ractor && sdb_spare.map) { /* a new spare is made at the next fork, if exec fails */
         if (!sdb_spare.lent_to) unlink(sdb_spare.path);
         sdb_spare_drop();
     }
