@@ -222,6 +222,9 @@ class OtlpReporter(Reporter):
         ts = self.times.get(key)
         if ts is None:
             ts = self.times[key] = array("q")
+        if not base_ns and type(dts) is array and dts.typecode == "q":
+            ts.extend(dts)          # the times themselves (grouped.py)
+            return
         try:
             ts.extend(array("q", map(base_ns.__add__, dts)))    # whole or nothing: a C loop
         except OverflowError:
@@ -229,6 +232,14 @@ class OtlpReporter(Reporter):
                 self._add_slow(ts, base_ns + dt, 1)
 
     def add_unit(self, thread, stack, state, t_ns, count, unit) -> None:
+        self._add_slow(self._unit_times(thread, stack, state, unit), t_ns, count)
+
+    def add_unit_times(self, thread, stack, state, times: array, unit) -> None:
+        """add_unit of one sample at each of `times` (array('q'): grouped.py)."""
+        self._unit_times(thread, stack, state, unit).extend(times)
+
+    def _unit_times(self, thread, stack, state, unit) -> array:
+        """The times kept for (thread, stack, state) in `unit` (its attribute and link)."""
         attr = None
         if unit is not None:
             span = unit["span"]
@@ -244,7 +255,7 @@ class OtlpReporter(Reporter):
         ts = self.times.get(key)
         if ts is None:
             ts = self.times[key] = array("q")
-        self._add_slow(ts, t_ns, count)
+        return ts
 
     def _add_slow(self, ts: array, t_ns, count: int) -> None:
         if t_ns is None:            # not a timeline pass (no caller does this today): at the start
