@@ -112,7 +112,7 @@ class _Dictionary:
         self.mappings, self.locations, self.functions = _Table(), _Table(), _Table()
         self.attributes, self.stacks, self.links = _Table(), _Table(), _Table()
         self._ruby_mapping = 0
-        self._by_frame: Dict[object, int] = {}     # Frame -> location
+        self._by_frame: Dict[str, int] = {}        # Frame.name (its identity) -> location
         self._by_stack: Dict[int, int] = {}        # Stack.id -> stack
 
     def s(self, text: str) -> int:
@@ -142,7 +142,7 @@ class _Dictionary:
         return self._ruby_mapping
 
     def location(self, f) -> int:
-        i = self._by_frame.get(f)
+        i = self._by_frame.get(f.name)
         if i is not None:
             return i
         label, path = f.label, f.path or ""
@@ -154,7 +154,7 @@ class _Dictionary:
             key = (fn, f.line, True)
         else:
             body, key = line, (fn, f.line, False)
-        i = self._by_frame[f] = self.locations.add(key, body)
+        i = self._by_frame[f.name] = self.locations.add(key, body)
         return i
 
     def stack(self, stack) -> int:
