@@ -34,10 +34,11 @@ def sampler_record(t_ns, serial, stack, state, span):
     return encode_samples_for_test(t_ns, serial, stack, state, [30] * n, span, [i // 2 for i in range(n)])
 
 
-def record(with_spans: bool):
+def record(with_spans: bool, renamed: bool = False):
     """A recording's stream, tapped: two threads over five stacks in four batches; with_spans, thread
     1 is in a request (with a trace context) for the second batch and in a label for the third, and
-    thread 2 is renamed between the second and the third."""
+    thread 2 is renamed between the second and the third; renamed, an ISeq's address is named again
+    between them (its stacks are then named by time)."""
     tap = StreamTap()
     w = TraceWriter(io.BytesIO(), HEADER, compress=False, tap=tap.for_writer())
     w.thread(1, 401, "web", START, 1, START)
@@ -59,6 +60,8 @@ def record(with_spans: bool):
             w.spans([2, 1], [1, 2], [0, 0], [1, 1], [t, t], [1, 2], ["ProductsController#index", None], [200, 0],
                     ["r-1", None], [TRACE, None], ["00f067aa0ba902b7", None])
             w.thread(2, 402, "worker-renamed", START, 1, t)
+        if renamed and batch == 2:
+            w.iseq(0x9000, "churn", "churn", "/app/job.rb", None, 12, 1, t)
         n = 300
         times = [t + i * MS // 2 for i in range(n)]
         serial = [1 + i % 2 for i in range(n)]
@@ -71,7 +74,7 @@ def record(with_spans: bool):
     return tap
 
 
-def outputs(with_spans: bool, per_sample: bool, monkeypatch) -> list:
+def outputs(with_spans: bool, per_sample: bool, monkeypatch, renamed: bool = False) -> list:
     """Every push payload's profile of the one interval: Pyroscope's views, the pprof, the OTLP request."""
     with monkeypatch.context() as m:
         taken = []
@@ -80,11 +83,11 @@ def outputs(with_spans: bool, per_sample: bool, monkeypatch) -> list:
         if per_sample:
             m.setattr(cutter_mod._File, "sample_groups", lambda self: None)
         got = []
-        IntervalCutter(record(with_spans)).cut(lambda iv: got.append(
+        IntervalCutter(record(with_spans, renamed)).cut(lambda iv: got.append(
             (iv.samples, pyroscope.profiles(iv), iv.render("pprof"), iv.render("otlp", service="shop"),
              iv.render("collapsed"))))
     assert len(got) == 1 and got[0][0] == 1200
-    assert taken == [not per_sample] * 4       # each render took the path it was meant to
+    assert taken == [not (per_sample or renamed)] * 4      # each render took the path it was meant to
     return got[0]
 
 
@@ -134,3 +137,11 @@ def test_read_samples_reads_the_sampler_s_record_as_msgpack_does():
     bare = read_samples(msgpack.packb({k: v for k, v in rec.items() if k not in ("span", "win_us", "tick")}))
     g.add(bare, 0)
     assert {k[4] for k in g.keys()} == {0}
+
+
+def test_an_interval_with_a_stack_named_by_time_is_passed_sample_by_sample(monkeypatch):
+    """Its records, kept as bytes, are decoded for the per-sample pass: each sample named at its time."""
+    got = outputs(True, False, monkeypatch, renamed=True)
+    assert got == outputs(True, True, monkeypatch, renamed=True)
+    names = got[4].decode()
+    assert "crunch" in names and "churn" in names
