@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from sdb_trace import STATE_BLOCKED
-
 from .recorded import Progress
 
 
@@ -46,35 +44,11 @@ def run(sp, reporter, groups, progress: Optional[Progress]) -> bool:
     return True
 
 
-def _aggregate(sp, reporter, keys, progress) -> None:
-    """SamplePass._aggregate: one call per (thread, stack, state) of each process."""
-    by_proc: Dict[int, Dict[tuple, int]] = {}
-    for proc, th, sid, st, _, n in keys:
-        sp.samples_in += n
-        if progress is not None:
-            progress.update(n)
-        if proc in sp.ctx:
-            counts = by_proc.get(proc)
-            if counts is None:
-                counts = by_proc[proc] = {}
-            key = (th, sid, st)
-            counts[key] = counts.get(key, 0) + n
-    fixed = sp.types[0].value or 0
+def _kept(sp, keys, progress):
+    """(index, _Proc, thread id of the trace, stack id, state, span id of the trace, count) of each
+    group the pass keeps: of a process it keeps, in a state it shows (every group counted read)."""
     only = sp.only_states
-    for proc, counts in by_proc.items():
-        c = sp.ctx[proc]
-        for (serial, sid, st), n in counts.items():
-            serial |= c.base
-            if not sp.keep(serial, st) or (only is not None and st not in only):
-                continue
-            sp._give(reporter, sp.thread(serial), sp.stack(c, sid, st, 0), st, None, n, 0, n * fixed)
-
-
-def _by_unit(sp, reporter, keys, progress) -> None:
-    """SamplePass._by_unit for an aggregating reporter: one call per (thread, stack, state, unit)."""
-    counts: Dict[tuple, int] = {}
-    only = sp.only_states
-    for proc, th, sid, st, span, n in keys:
+    for i, (proc, th, sid, st, span, n) in enumerate(keys):
         sp.samples_in += n
         if progress is not None:
             progress.update(n)
@@ -84,13 +58,32 @@ def _by_unit(sp, reporter, keys, progress) -> None:
         if c.base:
             th |= c.base
             span = span | c.base if span else 0
-        if not sp.keep(th, st) or (only is not None and st not in only):
-            continue
+        if sp.keep(th, st) and (only is None or st in only):
+            yield i, c, th, sid, st, span, n
+
+
+def _aggregate(sp, reporter, keys, progress) -> None:
+    """SamplePass._aggregate: one call per (thread, stack, state) of each process."""
+    by_proc: Dict[object, Dict[tuple, int]] = {}
+    for _, c, th, sid, st, _, n in _kept(sp, keys, progress):
+        counts = by_proc.get(c)
+        if counts is None:
+            counts = by_proc[c] = {}
+        counts[(th, sid, st)] = counts.get((th, sid, st), 0) + n
+    fixed = sp.types[0].value or 0
+    for c, counts in by_proc.items():
+        for (serial, sid, st), n in counts.items():
+            sp._give(reporter, sp.thread(serial), sp.stack(c, sid, st, 0), st, None, n, 0, n * fixed)
+
+
+def _by_unit(sp, reporter, keys, progress) -> None:
+    """SamplePass._by_unit for an aggregating reporter: one call per (thread, stack, state, unit)."""
+    counts: Dict[tuple, int] = {}
+    for _, c, th, sid, st, span, n in _kept(sp, keys, progress):
         u = sp.unit(span)
-        if not sp.unit_kept(u):
-            continue
-        key = (c, th, sid, st, u["span"] if u is not None else 0)
-        counts[key] = counts.get(key, 0) + n
+        if sp.unit_kept(u):
+            key = (c, th, sid, st, u["span"] if u is not None else 0)
+            counts[key] = counts.get(key, 0) + n
     fixed = sp.types[0].value or 0
     by_unit = getattr(reporter, "by_unit", False)
     for (c, serial, sid, st, us), n in counts.items():
@@ -103,21 +96,10 @@ def _timeline(sp, reporter, keys, times, units: bool, progress) -> None:
     """SamplePass._timeline (its batches grouped) and _by_unit for a timeline reporter: each group's
     times in one call, add_times or add_unit_times (the reporter keeps each sample's time, not their
     order across groups)."""
-    idle, only, states = sp.idle, sp.only_states, sp.o.states
+    states = sp.o.states
     threads_of: Dict[int, object] = {}
     out = n_unnamed = 0
-    for (proc, th, sid, st, span, n), ts in zip(keys, times):
-        sp.samples_in += n
-        if progress is not None:
-            progress.update(n)
-        c = sp.ctx.get(proc)
-        if c is None:
-            continue
-        if c.base:
-            th |= c.base
-            span = span | c.base if span else 0
-        if (st == STATE_BLOCKED and not idle) or (only is not None and st not in only):
-            continue
+    for i, c, th, sid, st, span, n in _kept(sp, keys, progress):
         stack = c.by_sid.get((sid, st if states else -1)) or sp.stack(c, sid, st, 0)
         tobj = threads_of.get(th)
         if tobj is None:
@@ -126,9 +108,9 @@ def _timeline(sp, reporter, keys, times, units: bool, progress) -> None:
             u = sp.unit(span)
             if not sp.unit_kept(u):
                 continue
-            reporter.add_unit_times(tobj, sp.unit_stack(stack, u), st, ts, u)
+            reporter.add_unit_times(tobj, sp.unit_stack(stack, u), st, times[i], u)
         else:
-            reporter.add_times(tobj, stack, st, 0, ts)
+            reporter.add_times(tobj, stack, st, 0, times[i])
         out += n
         if sp.has_unnamed(stack):
             n_unnamed += n

@@ -99,12 +99,25 @@ cdef inline bint _key(Reader *r, const char *name, Py_ssize_t n) noexcept nogil:
     return True
 
 
+cdef object _name(Reader *r, bytes data):
+    """The next string (a key of the map; a fixstr) as bytes, or None."""
+    cdef Py_ssize_t at = r.p - <const uint8_t *>data, n
+    if r.p >= r.end or r.p[0] < 0xa0 or r.p[0] > 0xbf:
+        return None
+    n = r.p[0] & 0x1f
+    if r.end - r.p < n + 1:
+        return None
+    r.p += n + 1
+    return data[at + 1:at + 1 + n]
+
+
 # the columns of a samples record that make a group's key (native/encode.h: sdb_sample)
 DEF THREAD = 0
 DEF STACK = 1
 DEF STATE = 2
 DEF SPAN = 3
 DEF KEYS = 4
+KEY_COLUMNS = {b"thread": THREAD, b"stack": STACK, b"state": STATE, b"span": SPAN}
 
 
 cdef class SamplesRecord:
@@ -144,6 +157,7 @@ def read_samples(bytes data):
     cdef SamplesRecord rec = SamplesRecord()
     cdef uint64_t *dt = NULL
     cdef uint64_t *skip = NULL
+    cdef uint64_t **out
     cdef uint64_t base = 0
     cdef bint has_base = False, is_samples = False
     cdef Py_ssize_t i, keys
@@ -158,35 +172,27 @@ def read_samples(bytes data):
     keys = b & 0x0f
     try:
         for i in range(keys):
-            if _key(&r, "t", 1):
+            name = _name(&r, data)
+            if name == b"t":
                 if not _key(&r, "samples", 7):
                     return None
                 is_samples = True
-            elif _key(&r, "base_ns", 7):
+            elif name == b"base_ns":
                 base = _uint(&r)
                 has_base = True
-            elif _key(&r, "dt_ns", 5):
-                if not _column(&r, rec, &dt, True):
-                    return None
-            elif _key(&r, "thread", 6):
-                if not _column(&r, rec, &rec.cols[THREAD], False):
-                    return None
-            elif _key(&r, "stack", 5):
-                if not _column(&r, rec, &rec.cols[STACK], False):
-                    return None
-            elif _key(&r, "state", 5):
-                if not _column(&r, rec, &rec.cols[STATE], False):
-                    return None
-            elif _key(&r, "span", 4):
-                if not _column(&r, rec, &rec.cols[SPAN], False):
-                    return None
-            elif _key(&r, "win_us", 6) or _key(&r, "tick", 4):
-                free(skip)
-                skip = NULL
-                if not _column(&r, rec, &skip, False):
-                    return None
             else:
-                return None     # a sample type, values, or a key the sampler does not write
+                if name == b"dt_ns":
+                    out = &dt
+                elif name in KEY_COLUMNS:
+                    out = &rec.cols[<int>KEY_COLUMNS[name]]
+                elif name == b"win_us" or name == b"tick":     # not part of a group's key
+                    free(skip)
+                    skip = NULL
+                    out = &skip
+                else:
+                    return None     # a sample type, values, or a key the sampler does not write
+                if not _column(&r, rec, out, out == &dt):
+                    return None
         if r.bad or r.p != r.end or not is_samples or not has_base or base > <uint64_t>_INT64_MAX \
                 or dt == NULL or rec.cols[THREAD] == NULL or rec.cols[STACK] == NULL or rec.cols[STATE] == NULL:
             return None
