@@ -161,7 +161,8 @@ class _Dictionary:
         """The stack's index (leaf first); 0, the zero value, for a stack without frames."""
         i = self._by_stack.get(stack.id)
         if i is None:
-            locs = tuple(self.location(f) for f in reversed(stack.frames))
+            known = self._by_frame      # most frames have their location already (no call then)
+            locs = tuple([known.get(f.name) or self.location(f) for f in reversed(stack.frames)])
             i = self._by_stack[stack.id] = self.stacks.add(locs, packed_varints(1, locs)) if locs else 0
         return i
 
