@@ -104,7 +104,7 @@ cdef object _name(Reader *r, bytes data):
     cdef Py_ssize_t at = r.p - <const uint8_t *>data, n
     if r.p >= r.end or r.p[0] < 0xa0 or r.p[0] > 0xbf:
         return None
-    n = r.p[0] & 0x1f
+    n = r.p[0] - 0xa0                   # msgpack's fixstr: 0xa0 + its length (0-31)
     if r.end - r.p < n + 1:
         return None
     r.p += n + 1
