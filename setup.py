@@ -23,6 +23,9 @@ extensions = [
     )
     for name in MODULES
 ]
+# the push's samples grouped as they are cut (no C unit: it reads the samples record's bytes)
+extensions.append(Extension("sdb_sidecar.push._groups", sources=["sidecar/sdb_sidecar/push/_groups.pyx"],
+                            extra_compile_args=["-O2"]))
 
 setup(ext_modules=cythonize(extensions, compiler_directives={"language_level": "3"}, quiet=True,
                            include_path=["sidecar"]))

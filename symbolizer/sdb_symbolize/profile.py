@@ -6,7 +6,8 @@ bytes or to a stream, from a trace file or from samples in memory, its options o
     data = render_bytes(TraceFile("trace.msgpack"), ProfileOptions(format="pprof"))
 
 A source is a `sdb_trace.TraceFile` or a `sdb_trace.MemoryTrace(header, keep_samples=True)` that the
-sidecar's Drainer wrote into (no file): both give the same bytes. sdb-symbolize (cli.py) is argparse
+sidecar's Drainer wrote into (no file): both give the same bytes (a source may also offer its samples
+already grouped, `sample_groups()`: grouped.py). sdb-symbolize (cli.py) is argparse
 around this module; the sidecar's `attach --format` calls it in-process. Errors: UsageError (a
 filter that matches nothing), OutputFailed (a write to `out` failed), TraceError from the source."""
 from __future__ import annotations

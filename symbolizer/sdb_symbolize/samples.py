@@ -14,6 +14,7 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 from sdb_trace import (PROC_SHIFT, STATE_BLOCKED, STATE_GVL_WAIT, STATE_NAMES, STATE_RUNNING, STATE_UNKNOWN, Tables,
                        TraceFile)
 
+from . import grouped
 from .options import ProfileOptions, UsageError
 from .recorded import (NO_UNIT, CompactStack, CompactStacks, Process, Progress, Stack, Thread, endpoint_frame, endpoint_name,  # noqa: F401
                        function_frame, request_frame, state_name, unit_label)
@@ -343,12 +344,10 @@ class SamplePass:
         if getattr(reporter, "compact_stacks", False):
             self.use_compact_stacks()
         self._type_setup(reporter)
-        if self.uses_spans(reporter):
-            self._by_unit(reporter, progress)
-        elif getattr(reporter, "timeline", False):
-            self._timeline(reporter, progress)
-        else:
-            self._aggregate(reporter, progress)
+        # samples a source grouped as they came (the push's: grouped.py), else one of the three passes
+        if not grouped.run(self, reporter, getattr(self.source, "sample_groups", lambda: None)(), progress):
+            (self._by_unit if self.uses_spans(reporter) else self._timeline if getattr(reporter, "timeline", False)
+             else self._aggregate)(reporter, progress)
         if progress is not None:
             progress.finish()
 

@@ -270,20 +270,24 @@ class MemoryTrace(TraceWriter):
 
     def _write(self, rec: dict) -> None:
         if rec["t"] == "samples":
-            tables = self.tables
-            cur = tables._cur
-            n = len(rec["stack"])
-            cur.process_samples += n
-            tables.sample_count += n
-            tables.good_sample_records += 1
+            proc = self.count_samples(len(rec["stack"]))
             if self.kept is not None:
-                if cur.proc != self._kept_proc:
-                    self.kept.append({"t": "in", "proc": cur.proc})
-                    self._kept_proc = cur.proc
+                if proc != self._kept_proc:
+                    self.kept.append({"t": "in", "proc": proc})
+                    self._kept_proc = proc
                 self.kept.append(rec)
             self.on_samples(rec)
         else:
             self.tables.take(self._unpack(self._packer.pack(rec)), "the sidecar's records")
+
+    def count_samples(self, n: int) -> int:
+        """A samples record of n samples written now (counted as a file's reader counts them; the
+        push keeps its samples apart, sdb_sidecar.push.cutter): the process it belongs to."""
+        tables = self.tables
+        tables._cur.process_samples += n
+        tables.sample_count += n
+        tables.good_sample_records += 1
+        return tables._cur.proc
 
     @property
     def proc(self) -> int:

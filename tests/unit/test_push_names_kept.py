@@ -36,7 +36,7 @@ class Recording:
         got = []
 
         def on_interval(interval):
-            trace = next(iter(self.cutter.files.values())).trace
+            trace = next(iter(self.cutter.files.values()))   # the interval's source
             fresh = render_bytes(trace, ProfileOptions(format="collapsed", idle=True))
             got.append((interval.render("collapsed"), fresh, interval))
         self.cutter.cut(on_interval)
@@ -124,7 +124,7 @@ def test_the_two_pyroscope_profiles_of_one_pass_decode_as_sdb_symbolize_s_pprof(
     got = {}
 
     def on_interval(iv):
-        trace = next(iter(rec.cutter.files.values())).trace
+        trace = next(iter(rec.cutter.files.values()))   # the interval's source
         got["pprof"] = render_bytes(trace, ProfileOptions(format="pprof", idle=True))
         got["profiles"] = pyroscope.profiles(iv)
     rec.cutter.cut(on_interval)

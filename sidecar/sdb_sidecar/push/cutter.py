@@ -2,8 +2,11 @@
 it is written; TraceWriter's `tap`) is also handed here as its packed bytes, the sampling side's
 only cost (an append). At each cut, the push thread reads what came since the last one into a
 MemoryTrace per trace file (rotation starts a new one: its header), whose tables keep every name
-seen so far and whose samples are the interval's, and renders them through the profile library
-(sdb_symbolize.profile: the one naming path, as sdb-symbolize names a file's samples)."""
+seen so far, and the interval's samples beside it: each samples record the sampler encoded is read
+in C from its bytes and its samples counted by group as they come (_groups: no Python object a
+sample), and the profile library (sdb_symbolize.profile: the one naming path, as sdb-symbolize names
+a file's samples) renders the groups (sdb_symbolize.grouped), or the records, decoded, for a pass
+the groups cannot serve."""
 from __future__ import annotations
 
 import threading
@@ -14,6 +17,14 @@ from typing import Callable, Deque, Dict, List, Optional, Tuple
 import msgpack
 
 from sdb_trace import MemoryTrace
+from sdb_trace.tables import hand_samples
+
+from ._groups import SampleGroups, read_samples
+
+# as the trace's reader decodes a record
+UNPACK = dict(raw=False, unicode_errors="replace", strict_map_key=False)
+# how the sampler's samples record begins, after its map's first byte: {"t": "samples", ...}
+SAMPLES_HEAD = b"\xa1t\xa7samples"
 
 
 class StreamTap:
@@ -60,12 +71,15 @@ class Interval:
 
 
 class _File:
-    """One trace file's stream: its records decoded as they come, into a MemoryTrace that keeps the
-    samples of the current interval only."""
+    """One trace file's stream: its records decoded as they come into a MemoryTrace (its tables),
+    the samples of the current interval kept apart (`batches`, `groups`)."""
 
     def __init__(self, grid: Optional[Tuple[int, int]] = None):
-        self.unpacker = msgpack.Unpacker(raw=False, unicode_errors="replace", strict_map_key=False)
+        self.unpacker = msgpack.Unpacker(**UNPACK)
         self.trace: Optional[MemoryTrace] = None
+        self.batches: List[Tuple[int, object]] = []     # (process, the record's bytes or, decoded, it)
+        self.groups = SampleGroups()        # the samples of the bytes among them, by group
+        self.grouped = True                 # every batch is in groups (none was decoded)
         self.header: dict = {}
         self.ended = False
         self.lo: Optional[int] = None
@@ -86,12 +100,20 @@ class _File:
         """Decodes the records in data; before a samples record of a later grid interval than the
         samples kept, close(self) hands those over (a late cut still sends one profile per interval).
         A record of an earlier one (written after its interval was handed over) joins the samples kept."""
+        if self.trace is not None and data.startswith(SAMPLES_HEAD, 1):
+            batch = read_samples(data)      # None: not as the sampler writes them, decoded below
+            if batch is not None:
+                self._take(batch.n, batch.lo, batch.hi, close)
+                proc = self.trace.count_samples(batch.n)
+                self.groups.add(batch, proc)
+                self.batches.append((proc, data))
+                return
         self.unpacker.feed(data)
         for rec in self.unpacker:
             t = rec.get("t")
             if t == "header":
                 self.header = {k: v for k, v in rec.items() if k not in ("t", "magic", "version")}
-                self.trace = MemoryTrace(self.header, keep_samples=True)
+                self.trace = MemoryTrace(self.header)
                 self.names = None
                 continue
             if self.trace is None:
@@ -100,20 +122,45 @@ class _File:
                 dts = rec["dt_ns"]
                 if dts:
                     base = rec["base_ns"]
-                    lo, hi = base + min(dts), base + max(dts)
-                    k = self.interval_of(lo)
-                    if k is not None:
-                        if self.samples and self.k is not None and k > self.k:
-                            close(self)
-                        self.k = k if self.k is None else max(self.k, k)
-                    self.lo = lo if self.lo is None else min(self.lo, lo)
-                    self.hi = hi if self.hi is None else max(self.hi, hi)
-                    self.samples += len(dts)
-                self.trace._write(rec)
+                    self._take(len(dts), base + min(dts), base + max(dts), close)
+                self.batches.append((self.trace.count_samples(len(rec["stack"])), rec))
+                self.grouped = False
             else:
                 if t == "end":
                     self.ended = True
                 self.trace.tables.take(rec, "the sidecar's records")
+
+    def _take(self, n: int, lo: int, hi: int, close: Callable[["_File"], None]) -> None:
+        """A samples record of n samples from lo to hi joins the samples kept (after close(self) if
+        it is of a later grid interval)."""
+        k = self.interval_of(lo)
+        if k is not None:
+            if self.samples and self.k is not None and k > self.k:
+                close(self)
+            self.k = k if self.k is None else max(self.k, k)
+        self.lo = lo if self.lo is None else min(self.lo, lo)
+        self.hi = hi if self.hi is None else max(self.hi, hi)
+        self.samples += n
+
+    def sample_groups(self) -> Optional[SampleGroups]:
+        """The interval's samples by group (sdb_symbolize.grouped), None if some were decoded."""
+        return self.groups if self.grouped else None
+
+    def iter_samples(self, on_batch: Callable[..., None], windows: bool = False, spans: bool = False,
+                     proc: Optional[int] = 0, values: bool = False) -> None:
+        """The interval's samples batch by batch, as a MemoryTrace that kept them hands them."""
+        records: List[dict] = []
+        cur = 0
+        for p, rec in self.batches:
+            if p != cur:
+                records.append({"t": "in", "proc": p})
+                cur = p
+            records.append(rec if isinstance(rec, dict) else msgpack.unpackb(rec, **UNPACK))
+        hand_samples(records, on_batch, None, windows, spans, proc, self.trace.tables.typed, values)
+
+    @property
+    def tables(self):
+        return self.trace.tables
 
     def _profile(self, fmt: str, options: dict):
         from sdb_symbolize.options import ProfileOptions
@@ -122,7 +169,7 @@ class _File:
             self.names = KeptNames()
         # the names of earlier intervals are kept (only new stacks are named): KeptNames drops
         # whatever a new symbol or pause could change, so each name is the one path's for these tables
-        return Profile(self.trace, ProfileOptions(format=fmt, idle=True, **options), self.names)
+        return Profile(self, ProfileOptions(format=fmt, idle=True, **options), self.names)
 
     def render(self, fmt: str, **options) -> bytes:
         from io import BytesIO
@@ -139,8 +186,9 @@ class _File:
 
     def next_interval(self) -> None:
         """The interval's samples are done with: the names stay, the samples go."""
-        self.trace.kept = []
-        self.trace._kept_proc = 0
+        self.batches = []
+        self.groups.clear()
+        self.grouped = True
         self.lo = self.hi = None
         self.samples = 0
         if self.k is not None:

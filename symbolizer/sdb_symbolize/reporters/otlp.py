@@ -112,7 +112,7 @@ class _Dictionary:
         self.mappings, self.locations, self.functions = _Table(), _Table(), _Table()
         self.attributes, self.stacks, self.links = _Table(), _Table(), _Table()
         self._ruby_mapping = 0
-        self._by_frame: Dict[object, int] = {}     # Frame -> location
+        self._by_frame: Dict[str, int] = {}        # Frame.name (its identity) -> location
         self._by_stack: Dict[int, int] = {}        # Stack.id -> stack
 
     def s(self, text: str) -> int:
@@ -142,7 +142,7 @@ class _Dictionary:
         return self._ruby_mapping
 
     def location(self, f) -> int:
-        i = self._by_frame.get(f)
+        i = self._by_frame.get(f.name)
         if i is not None:
             return i
         label, path = f.label, f.path or ""
@@ -154,14 +154,15 @@ class _Dictionary:
             key = (fn, f.line, True)
         else:
             body, key = line, (fn, f.line, False)
-        i = self._by_frame[f] = self.locations.add(key, body)
+        i = self._by_frame[f.name] = self.locations.add(key, body)
         return i
 
     def stack(self, stack) -> int:
         """The stack's index (leaf first); 0, the zero value, for a stack without frames."""
         i = self._by_stack.get(stack.id)
         if i is None:
-            locs = tuple(self.location(f) for f in reversed(stack.frames))
+            known = self._by_frame      # most frames have their location already (no call then)
+            locs = tuple([known.get(f.name) or self.location(f) for f in reversed(stack.frames)])
             i = self._by_stack[stack.id] = self.stacks.add(locs, packed_varints(1, locs)) if locs else 0
         return i
 
@@ -222,6 +223,9 @@ class OtlpReporter(Reporter):
         ts = self.times.get(key)
         if ts is None:
             ts = self.times[key] = array("q")
+        if not base_ns and type(dts) is array and dts.typecode == "q":
+            ts.extend(dts)          # the times themselves (grouped.py)
+            return
         try:
             ts.extend(array("q", map(base_ns.__add__, dts)))    # whole or nothing: a C loop
         except OverflowError:
@@ -229,6 +233,14 @@ class OtlpReporter(Reporter):
                 self._add_slow(ts, base_ns + dt, 1)
 
     def add_unit(self, thread, stack, state, t_ns, count, unit) -> None:
+        self._add_slow(self._unit_times(thread, stack, state, unit), t_ns, count)
+
+    def add_unit_times(self, thread, stack, state, times: array, unit) -> None:
+        """add_unit of one sample at each of `times` (array('q'): grouped.py)."""
+        self._unit_times(thread, stack, state, unit).extend(times)
+
+    def _unit_times(self, thread, stack, state, unit) -> array:
+        """The times kept for (thread, stack, state) in `unit` (its attribute and link)."""
         attr = None
         if unit is not None:
             span = unit["span"]
@@ -244,7 +256,7 @@ class OtlpReporter(Reporter):
         ts = self.times.get(key)
         if ts is None:
             ts = self.times[key] = array("q")
-        self._add_slow(ts, t_ns, count)
+        return ts
 
     def _add_slow(self, ts: array, t_ns, count: int) -> None:
         if t_ns is None:            # not a timeline pass (no caller does this today): at the start

@@ -94,7 +94,10 @@ class PprofReporter(Reporter):
         k_tid, k_name, k_state, k_pid = (None if k in omit else s(k) for k in ("thread_id", "thread_name",
                                                                                "thread_state", "pid"))
         k_process = s("process") if len(self.processes) > 1 and "process" not in omit else None
-        spans = self.spans
+        keys = (k_tid, k_name, k_state, k_pid, k_process)
+        # a sample's labels by (thread, state, unit): made at its first sample, in this order, so the
+        # strings they add are numbered as they would be sample by sample
+        labels_of: Dict[Tuple, bytes] = {}
         samples: List[bytes] = []
         for (thread, stack, state, unit), vals in sorted(self.counts.items(),
                                                       key=lambda kv: (kv[0][0].serial, kv[0][1].id, kv[0][2],
@@ -120,30 +123,12 @@ class PprofReporter(Reporter):
                         location_msgs.append(message(4, uint(1, lid) + line, keep=True))
                     ids.append(lid)
                 locs = stack_locs[stack] = packed_varints(1, ids)
-            pr = thread.process
-            labels = []
-            for key, num, text in ((k_tid, thread.tid, None), (k_name, None, thread.name or thread.label),
-                                   (k_state, None, state_name(state)),
-                                   (k_pid, pr.pid if pr is not None else h.get("pid", 0), None),
-                                   (k_process, None, pr.label if pr is not None else None)):
-                if key is None:
-                    continue
-                if text is not None:
-                    labels.append(message(3, uint(1, key) + uint(2, s(text)), keep=True))
-                elif not text_labels:
-                    labels.append(message(3, uint(1, key) + uint(3, num or 0), keep=True))
-                else:
-                    labels.append(message(3, uint(1, key) + (uint(2, s(str(num))) if num is not None else b""),
-                                          keep=True))
-            u = spans.get(unit) if unit else None
-            if u is not None:
-                kind = "job" if SPAN_KINDS.get(u["kind"]) == "job" else "endpoint"
-                for key, text in ((kind, endpoint_name(u)), ("request_id", u["request_id"]),
-                                  ("span_id", u.get("span_id")), ("trace_id", u.get("trace_id"))):
-                    if text and key not in omit:
-                        labels.append(message(3, uint(1, s(key)) + uint(2, s(text)), keep=True))
+            labels = labels_of.get((thread, state, unit))
+            if labels is None:
+                labels = labels_of[(thread, state, unit)] = self._labels(thread, state, unit, s, keys, text_labels,
+                                                                          omit)
             values = packed_varints(2, vals if columns is None else [vals[i] for i in columns])
-            samples.append(message(2, locs + values + b"".join(labels), keep=True))
+            samples.append(message(2, locs + values + labels, keep=True))
         if time_nanos is None:
             time_nanos = h.get("start_wall_ns", 0)
         if duration_nanos is None and self.end_ns and h.get("start_mono_ns"):
@@ -153,6 +138,34 @@ class PprofReporter(Reporter):
                 + uint(9, time_nanos) + uint(10, duration_nanos or 0) + message(11, period_type, keep=True)
                 + uint(12, first.value or 0) + uint(14, default_type))
         return Encoded(head, samples, tail)
+
+    def _labels(self, thread, state: int, unit: int, s, keys: tuple, text_labels: bool, omit) -> bytes:
+        """A sample's Label fields: its thread's (keys: the label keys' string indices, None: left
+        out), its state's and its unit of work's; s numbers the strings."""
+        k_tid, k_name, k_state, k_pid, k_process = keys
+        pr = thread.process
+        labels = []
+        for key, num, text in ((k_tid, thread.tid, None), (k_name, None, thread.name or thread.label),
+                               (k_state, None, state_name(state)),
+                               (k_pid, pr.pid if pr is not None else self.header.get("pid", 0), None),
+                               (k_process, None, pr.label if pr is not None else None)):
+            if key is None:
+                continue
+            if text is not None:
+                labels.append(message(3, uint(1, key) + uint(2, s(text)), keep=True))
+            elif not text_labels:
+                labels.append(message(3, uint(1, key) + uint(3, num or 0), keep=True))
+            else:
+                labels.append(message(3, uint(1, key) + (uint(2, s(str(num))) if num is not None else b""),
+                                      keep=True))
+        u = self.spans.get(unit) if unit else None
+        if u is not None:
+            kind = "job" if SPAN_KINDS.get(u["kind"]) == "job" else "endpoint"
+            for key, text in ((kind, endpoint_name(u)), ("request_id", u["request_id"]),
+                              ("span_id", u.get("span_id")), ("trace_id", u.get("trace_id"))):
+                if text and key not in omit:
+                    labels.append(message(3, uint(1, s(key)) + uint(2, s(text)), keep=True))
+        return b"".join(labels)
 
     def render(self, out: IO) -> None:
         out.write(gzip.compress(self.build().bytes(), compresslevel=6, mtime=0))
