@@ -31,6 +31,7 @@
 #include <ruby/thread.h>
 #endif
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
