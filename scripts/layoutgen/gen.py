@@ -549,8 +549,8 @@ def kept_row(text: str, name: str) -> Optional[str]:
 
 
 def write_header(only: Optional[List[str]] = None, log=print) -> str:
-    """The whole sdb_layouts.h: rows whose tree is here regenerated, the others kept as they are
-    (a tested row is never kept: its tree must be here)."""
+    """The whole sdb_layouts.h: rows whose tree is here regenerated, the others kept as they are but
+    for fields the struct gained since (kept_row) (a tested row is never kept: its tree must be here)."""
     current = LAYOUTS_H.read_text() if LAYOUTS_H.exists() else ""
     parts = [HEADER]
     for row in ROWS:
@@ -563,7 +563,7 @@ def write_header(only: Optional[List[str]] = None, log=print) -> str:
         except SourceMissing as e:
             if row.tested or not kept:
                 raise
-            log(f"gen-layouts: row {row.name} kept as it is: {e}")
+            log(f"gen-layouts: row {row.name} kept (new fields SDB_NA): {e}")
             parts.append(kept)
             continue
         source = source_of(row, "objspace_flags" in facts)
