@@ -50,6 +50,7 @@ class Row:
     tag: str           # the upstream tag of those sources
     origin: str        # where the tree comes from
     tested: int        # 1: the gem's test suite passed on this Ruby here
+    preview: int = 0   # 1: a Ruby not released yet (a development tree): never tested, only previewed
 
     @property
     def path(self) -> Path:
@@ -63,6 +64,9 @@ ROWS: List[Row] = [
     Row("3.3", "ruby-3.3.8", "v3_3_8", "scripts/rubies (Debian's ruby3.3 orig tarball)", 1),
     Row("3.4", "ruby-3.4.5", "v3_4_5", "scripts/rubies (Debian's ruby3.4 orig tarball)", 1),
     Row("4.0", "ruby-4.0.5", "v4_0_5", "scripts/rubies (ruby-4.0.5.tar.xz: the git export of tag v4_0_5, 64336ffd, or the release tarball)", 1),
+    Row("4.1", "ruby-4.1.0dev-120c8fa8", "120c8fa8",
+        "scripts/rubies --tarball ruby-4.1.0dev-120c8fa8.tar.xz (the git export of Ruby's master of 2026-07-28, "
+        "commit 120c8fa88c22, configured with --enable-zjit): a 4.1 preview", 0, preview=1),
 ]
 
 
@@ -129,6 +133,11 @@ def features(tree: Path) -> Dict[str, str]:
         out["SDB_HAVE_CLASSEXT_CLASSPATH"] = "1"
     if re.search(r"\biv_tbl;", classext):
         out["SDB_HAVE_CLASSEXT_IV_TBL"] = "1"
+    if re.search(r"\b_iseq;", struct_body(vm_core, "typedef struct rb_control_frame_struct")):
+        out["SDB_HAVE_CFP_UNDERSCORE_ISEQ"] = "1"
+    zjit_h = tree / "zjit.h"
+    if zjit_h.is_file() and re.search(r"\} zjit_jit_frame_t;", zjit_h.read_text(errors="replace")):
+        out["SDB_HAVE_ZJIT_JIT_FRAME"] = "1"
     out["SDB_SINGLETON_TEST"] = singleton_test(tree)
     return out
 
@@ -153,7 +162,7 @@ def internal_path_c_trace(tree: Path) -> int:
     src = (tree / "vm_backtrace.c").read_text(errors="replace")
     label = "is_internal_location(" in struct_body(src, "\nlocation_cfunc_p(rb_backtrace_location_t *loc)")
     walk = struct_body(src, "\nrb_ec_partial_backtrace_object(")
-    place = bool(re.search(r"bool internal = is_internal_location\(cfp->iseq\);", walk)
+    place = bool(re.search(r"bool internal = is_internal_location\((?:cfp->iseq|CFP_ISEQ\(cfp\))\);", walk)
                  and re.search(r"if \(internal\) \{[^}]*backpatch_counter\+\+;", walk))
     if label != place:
         raise ProbeFailed(f"{tree}/vm_backtrace.c: an internal frame is {'' if label else 'not '}labelled as a "
@@ -235,14 +244,25 @@ def source_piece(tree: Path, file: str, pattern: str) -> str:
 
 def cfile_facts(tree: Path, workdir: Path) -> Dict[str, int]:
     """Facts Ruby keeps inside .c files, from those files' own definitions compiled here:
-    st.c's st_table_entry, symbol.c's ID chunks (and rb_symbols_t where symbol.h has none, 4.0),
+    st.c's st_table_entry, symbol.c's ID chunks (an Array of pairs; 4.1: a T_DATA of darray.h's
+    rb_darray of struct sym_id_entry) (and rb_symbols_t where symbol.h has none, 4.0),
     iseq.c's succinct line index (struct succ_index_table and its rank macros)."""
     symbols_in_h = "} rb_symbols_t;" in (tree / "symbol.h").read_text(errors="replace")
+    # 4.1: a chunk of the ID table is a T_DATA wrapping an rb_darray of struct sym_id_entry
+    # {sym, str}; before, an Array of [str, sym] pairs (enum id_entry_type)
+    darray_chunks = "struct sym_id_entry {" in (tree / "symbol.c").read_text(errors="replace")
+    entries = [
+        source_piece(tree, "darray.h", r"^typedef struct rb_darray_meta \{.*?\} rb_darray_meta_t;"),
+        source_piece(tree, "symbol.c", r"^struct sym_id_entry \{.*?\};"),
+        "typedef struct { rb_darray_meta_t meta; struct sym_id_entry data[]; } sdb_id_chunk;",
+        "#define ID_ENTRY_SIZE (sizeof(struct sym_id_entry) / sizeof(VALUE))",
+        "#define ID_ENTRY_STR (offsetof(struct sym_id_entry, str) / sizeof(VALUE))",
+    ] if darray_chunks else [source_piece(tree, "symbol.c", r"^enum id_entry_type \{.*?\};")]
     pieces = [
         source_piece(tree, "st.c", r"^typedef \w+ st_hash_t;"),
         source_piece(tree, "st.c", r"^struct st_table_entry \{.*?\};"),
         source_piece(tree, "symbol.c", r"^(static const int ID_ENTRY_UNIT = \d+;|#define ID_ENTRY_UNIT \d+)"),
-        source_piece(tree, "symbol.c", r"^enum id_entry_type \{.*?\};"),
+        *entries,
         '#include "symbol.h"' if symbols_in_h else
         source_piece(tree, "symbol.c", r"^typedef struct \{[^{}]*\} rb_symbols_t;"),
         source_piece(tree, "iseq.c", r"^#define IMMEDIATE_TABLE_SIZE .*?$"),
@@ -271,6 +291,11 @@ int main(void) {
     P("id_entry_size", ID_ENTRY_SIZE);
     P("id_entry_str", ID_ENTRY_STR);
     P("symbols_ids", offsetof(rb_symbols_t, ids));
+#ifdef SDB_ID_CHUNK_DATA
+    P("id_chunk_data", offsetof(struct RTypedData, data));
+    P("id_chunk_len", offsetof(sdb_id_chunk, meta.size));
+    P("id_chunk_entries", offsetof(sdb_id_chunk, data));
+#endif
     P("succ_imm_entries", IMMEDIATE_TABLE_SIZE);
     P("succ_imm_per_word", IMMEDIATE_TABLE_SIZE / (sizeof t->imm_part / sizeof t->imm_part[0]));
     imm_block_rank_set(v, 1, 1);
@@ -286,8 +311,11 @@ int main(void) {
     return 0;
 }
 """)
-    out = compile_and_run(tree, probe, {}, workdir)
-    return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+    out = compile_and_run(tree, probe, {"SDB_ID_CHUNK_DATA": "1"} if darray_chunks else {}, workdir)
+    facts = {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+    for name in ("id_chunk_data", "id_chunk_len", "id_chunk_entries"):
+        facts.setdefault(name, NA)      # an Array chunk: no such words
+    return facts
 
 
 def probe_tree(tree: Path) -> Dict[str, object]:
@@ -390,7 +418,7 @@ def rows_in_use(header: Path = LAYOUTS_H) -> Dict[str, Dict[str, object]]:
 int main(void) {{
     for (unsigned i = 0; i < SDB_LAYOUT_ROW_COUNT; i++) {{
         const struct sdb_layout_row *r = &sdb_layout_rows[i];
-        printf("%s\\t%d\\t%s\\t", r->name, r->tested, r->source);
+        printf("%s\\t%d\\t%d\\t%s\\t", r->name, r->tested, r->preview, r->source);
 {prints}        printf(" global_symbols_addr=%llu\\n", (unsigned long long)r->layout.global_symbols_addr);
     }}
     return 0;
@@ -404,8 +432,8 @@ int main(void) {{
         out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
     rows: Dict[str, Dict[str, object]] = {}
     for line in out.splitlines():
-        name, tested, source, values = line.split("\t")
-        row: Dict[str, object] = {"tested": int(tested), "source": source}
+        name, tested, preview, source, values = line.split("\t")
+        row: Dict[str, object] = {"tested": int(tested), "preview": int(preview), "source": source}
         for item in values.split():
             k, v = item.split("=")
             row[k] = int(v)
@@ -450,6 +478,7 @@ struct sdb_layout_row {
     const char *name;   /* "3.3": matched against RUBY_VERSION major.minor */
     const char *source; /* the Ruby sources the row was generated from */
     int tested;         /* 1: the gem's test suite passed on this Ruby here */
+    int preview;        /* 1: a Ruby not released yet, its row from a development tree (never tested) */
     struct sdb_layout layout;
 };
 
@@ -490,8 +519,9 @@ def row_text(row: Row, fields: Dict[str, int], source: str) -> str:
     lines.append(".global_symbols_addr = 0,")
     body = "\n".join("            " + x for x in lines)
     tested = "1, /* the gem's test suite passed on it here */" if row.tested else "0, /* not tested here */"
+    preview = "1, /* PREVIEW: a Ruby not released yet */" if row.preview else "0,"
     return (f"    /* row {row.name} */\n    {{\n        \"{row.name}\",\n        \"{c_string(source)}\",\n"
-            f"        {tested}\n        {{\n{body}\n        }},\n    }},\n")
+            f"        {tested}\n        {preview}\n        {{\n{body}\n        }},\n    }},\n")
 
 
 def c_string(s: str) -> str:
@@ -499,17 +529,28 @@ def c_string(s: str) -> str:
 
 
 def kept_row(text: str, name: str) -> Optional[str]:
-    """A row's block in a generated sdb_layouts.h, as it is."""
+    """A row's block in a generated sdb_layouts.h, as it is, brought up to the struct: a row written
+    before `preview` existed gets `0,`, and a field the struct gained since gets SDB_NA (the row's
+    Ruby was not read for it: the gem and the sidecar use no SDB_NA field)."""
     start = text.find(f"    /* row {name} */\n")
     if start < 0:
         return None
     end = text.index("\n    },\n", start) + len("\n    },\n")
-    return text[start:end]
+    block = text[start:end]
+    lines = block.split("\n")
+    if not any(re.match(r"^        [01], /\* PREVIEW|^        [01],$", x) for x in lines):
+        at = next(i for i, x in enumerate(lines) if re.match(r"^        [01], /\* (the gem|not tested)", x))
+        lines.insert(at + 1, "        0,")
+    missing = [f for f in layout_fields() if f".{f} = " not in block]
+    if missing:
+        at = next(i for i, x in enumerate(lines) if ".global_symbols_addr = " in x)
+        lines.insert(at, "            " + ", ".join(f".{f} = SDB_NA" for f in missing) + ",")
+    return "\n".join(lines)
 
 
 def write_header(only: Optional[List[str]] = None, log=print) -> str:
-    """The whole sdb_layouts.h: rows whose tree is here regenerated, the others kept as they are
-    (a tested row is never kept: its tree must be here)."""
+    """The whole sdb_layouts.h: rows whose tree is here regenerated, the others kept as they are but
+    for fields the struct gained since (kept_row) (a tested row is never kept: its tree must be here)."""
     current = LAYOUTS_H.read_text() if LAYOUTS_H.exists() else ""
     parts = [HEADER]
     for row in ROWS:
@@ -522,7 +563,7 @@ def write_header(only: Optional[List[str]] = None, log=print) -> str:
         except SourceMissing as e:
             if row.tested or not kept:
                 raise
-            log(f"gen-layouts: row {row.name} kept as it is: {e}")
+            log(f"gen-layouts: row {row.name} kept (new fields SDB_NA): {e}")
             parts.append(kept)
             continue
         source = source_of(row, "objspace_flags" in facts)

@@ -21,6 +21,9 @@
 #include "method.h"
 #include "id.h"
 #include "internal/class.h"
+#ifdef SDB_HAVE_ZJIT_JIT_FRAME
+#include "zjit.h"
+#endif
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -118,7 +121,48 @@ main(void)
 
     /* rb_control_frame_t */
     FACT("cfp_size", sizeof(rb_control_frame_t));
+#ifdef SDB_HAVE_CFP_UNDERSCORE_ISEQ
+    /* 4.1: `_iseq`, stale in a frame ZJIT pushed (read through CFP_ISEQ: below) */
+    MEMBERS(rb_control_frame_t, "cfp_", pc, sp);
+    OFF("cfp_iseq", rb_control_frame_t, _iseq);
+    MEMBERS(rb_control_frame_t, "cfp_", self, ep, jit_return);
+#else
     MEMBERS(rb_control_frame_t, "cfp_", pc, sp, iseq, self, ep, jit_return);
+#endif
+
+    /* ZJIT's lightweight frames (4.1): a frame ZJIT pushed has its ISeq and pc in a JIT frame
+     * record, which CFP_ZJIT_FRAME (zjit.h) finds through cfp->jit_return: the sentinel of a C
+     * method's frame, or the address just above the native stack word holding the record's
+     * address. zjit_frame_slot: how many bytes below jit_return that word is, found by running
+     * CFP_ZJIT_FRAME on a fake frame. */
+#ifdef SDB_HAVE_ZJIT_JIT_FRAME
+#if !USE_ZJIT
+#error "this tree was configured without ZJIT (USE_ZJIT 0): configure it with --enable-zjit"
+#endif
+    {
+        static zjit_jit_frame_t marks[8];
+        static VALUE words[8];
+        rb_control_frame_t cfp;
+        const zjit_jit_frame_t *got;
+        size_t i;
+        for (i = 0; i < 8; i++) words[i] = (VALUE)&marks[i];
+        memset(&cfp, 0, sizeof cfp);
+        cfp.jit_return = &words[4];
+        got = CFP_ZJIT_FRAME(&cfp);
+        if (got < marks || got >= marks + 8 || got - marks > 4) {
+            fprintf(stderr, "CFP_ZJIT_FRAME reads no word below cfp->jit_return: teach probe.c\n");
+            return 1;
+        }
+        FACT("zjit_frame_slot", (size_t)(4 - (got - marks)) * sizeof(VALUE));
+    }
+    MEMBERS(zjit_jit_frame_t, "zjit_frame_", pc, iseq);
+    FACT("zjit_return_c_frame", ZJIT_JIT_RETURN_C_FRAME);
+#else
+    NA("zjit_frame_slot");
+    NA("zjit_frame_pc");
+    NA("zjit_frame_iseq");
+    NA("zjit_return_c_frame");
+#endif
 
     /* rb_iseq_t and rb_iseq_constant_body */
     MEMBERS(rb_iseq_t, "iseq_", body);

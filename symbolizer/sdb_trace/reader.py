@@ -103,7 +103,7 @@ _SCHEMA = {
     "end": {"at_ns": (_int, False), "reason": (_str, False), "ticks": (_int, False), "late": (_int, False),
             "missed": (_int, False), "samples": (_int, False), "torn": (_int, False), "retried": (_int, False),
             "reused": (_int, False), "errors": (_int, False), "threads": (_int, False), "yjit_no_line": (_int, False), "in_context": (_int, False), "in_context_since_ns": (_int, False),
-            "in_context_untimed": (_int, False),
+            "in_context_untimed": (_int, False), "zjit_frames": (_int, False), "zjit_unread": (_int, False),
             "pauses_seen": (_int, False), "span_unsure": (_int, False), "spans_lost": (_int, False), "endpoints_refused": (_int, False),
             "symbol_errors": (_int, False), "ebpf": (_map_or_none, False), "threads_from": (_str, False),
             "names_superseded": (_int, False), "names_unproven": (_int, False), "unnamed": (_map_or_none, False)},

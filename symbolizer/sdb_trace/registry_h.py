@@ -6,7 +6,7 @@ tests/unit/test_registry_decls_generated.py fails while this file differs from w
 generates. docs/registry-format.md says what each one means."""
 
 SDB_REGISTRY_MAGIC = 'SDBREG\x00\x00'
-SDB_REGISTRY_VERSION = 4
+SDB_REGISTRY_VERSION = 5
 SDB_REGISTRY_PREFIX = '/dev/shm/sdb-'
 SDB_DEFAULT_SLOTS = 1024
 SDB_NAME_MAX = 64

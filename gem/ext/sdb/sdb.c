@@ -122,6 +122,11 @@ sdb_open(VALUE self)
     sdb_check_classes(&sdb.layout, self);
     sdb_check_link(&sdb.layout);
     sdb_find_gc_words(&sdb.layout);
+    /* ZJIT's lightweight frames (4.1+): the sidecar must know whether ZJIT is on to tell a ZJIT frame
+     * (stale ISeq and pc, the real ones in its JIT frame record) from a YJIT frame; rb_zjit_entry
+     * is libruby's (exported) word that is nonzero once ZJIT is on (zjit.h: rb_zjit_enabled_p) */
+    sdb.layout.zjit_entry_addr = sdb.layout.zjit_frame_slot == SDB_NA ? 0
+        : (uint64_t)(uintptr_t)dlsym(RTLD_DEFAULT, "rb_zjit_entry");
     memcpy(&sdb.hdr->layout, &sdb.layout, sizeof(sdb.layout));
     sdb_hook_gc();
     sdb.enabled = 1;

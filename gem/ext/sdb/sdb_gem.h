@@ -32,6 +32,7 @@
 #endif
 #include <ruby/ractor.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>

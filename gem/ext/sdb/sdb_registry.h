@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define SDB_REGISTRY_MAGIC "SDBREG\0\0" /* 8 bytes */
-#define SDB_REGISTRY_VERSION 4
+#define SDB_REGISTRY_VERSION 5
 #define SDB_REGISTRY_PREFIX "/dev/shm/sdb-"
 #define SDB_DEFAULT_SLOTS 1024
 #define SDB_NAME_MAX 64
@@ -283,6 +283,24 @@ struct sdb_layout {
      * 0: not known. */
     uint64_t gc_sweeps_addr;
     uint64_t gc_count_addr;
+    /* ZJIT's lightweight frames (4.1+; SDB_NA before, version 5): a frame ZJIT pushed has a stale
+     * ISeq and pc in the control frame, the real ones in a JIT frame record (zjit.h: CFP_ZJIT_FRAME).
+     * Its jit_return is zjit_return_c_frame for a C method's frame (no ISeq, no pc), else the address
+     * zjit_frame_slot bytes above the native stack word that holds the record's address. */
+    uint16_t zjit_frame_slot;
+    uint16_t zjit_frame_pc;      /* zjit_jit_frame_t.pc */
+    uint16_t zjit_frame_iseq;    /* zjit_jit_frame_t.iseq */
+    uint16_t zjit_return_c_frame; /* ZJIT_JIT_RETURN_C_FRAME */
+    /* The ID table's chunks as a T_DATA (4.1+; SDB_NA where a chunk is an Array, version 5): the
+     * chunk's data pointer (RTypedData.data) to an rb_darray of id_entry_size-word entries: its
+     * length word and where its entries begin (symbol.c, darray.h) */
+    uint16_t id_chunk_data;
+    uint16_t id_chunk_len;
+    uint16_t id_chunk_entries;
+    uint16_t reserved_v5;
+    /* &rb_zjit_entry, found by the gem where the row has lightweight frames, else 0: nonzero there once
+     * ZJIT is on (then it stays on, and YJIT cannot be: a frame with a jit_return is ZJIT's) */
+    uint64_t zjit_entry_addr;
 };
 
 struct sdb_slot {

@@ -6,7 +6,8 @@
 /* ---------- the ID table (for the sidecar's C-function names) ----------
  * The sidecar names a C method by its ID, through ruby_global_symbols
  * (rb_symbols_t: its ids, at the row's symbols_ids, is an Array of chunks of id_entry_unit
- * [String, Symbol] pairs: the row's id_* fields, from symbol.c). The symbol is hidden
+ * [String, Symbol] pairs, 4.1: {Symbol, String} entries of an rb_darray in a T_DATA: the row's id_*
+ * fields, from symbol.c). The symbol is hidden
  * (and stripped from Debian's libruby), so find it: scan libruby's writable
  * data for a struct whose ids table yields, for two known IDs, exactly the
  * String objects rb_id2str returns. A wrong candidate cannot pass that. */
@@ -28,6 +29,20 @@ sdb_array_entry(const struct sdb_layout *L, uint64_t ary, uint64_t idx, uint64_t
     return sdb_read_u64(ptr + idx * 8, out);
 }
 
+/* Word idx of a chunk of the ID table: an Array's entry, or (4.1: the row's id_chunk_data) a word
+ * of the rb_darray a T_DATA chunk wraps, within its length */
+static int
+sdb_chunk_entry(const struct sdb_layout *L, uint64_t chunk, uint64_t idx, uint64_t *out)
+{
+    uint64_t flags, ary, len;
+    if (L->id_chunk_data == SDB_NA) return sdb_array_entry(L, chunk, idx, out);
+    if (chunk == 0 || RB_SPECIAL_CONST_P((VALUE)chunk) || sdb_read_u64(chunk, &flags) != 0 ||
+        (flags & L->t_mask) != RUBY_T_DATA) return -1;
+    if (sdb_read_u64(chunk + L->id_chunk_data, &ary) != 0 || ary == 0 ||
+        sdb_read_u64(ary + L->id_chunk_len, &len) != 0 || idx / L->id_entry_size >= len) return -1;
+    return sdb_read_u64(ary + L->id_chunk_entries + idx * 8, out);
+}
+
 static int
 sdb_symbols_match(const struct sdb_layout *L, uint64_t ids, ID id)
 {
@@ -36,7 +51,7 @@ sdb_symbols_match(const struct sdb_layout *L, uint64_t ids, ID id)
     VALUE want = rb_id2str(id);
     if (!want) return 0;
     if (sdb_array_entry(L, ids, serial / L->id_entry_unit, &chunk) != 0) return 0;
-    if (sdb_array_entry(L, chunk, (serial % L->id_entry_unit) * L->id_entry_size + L->id_entry_str, &str) != 0) return 0;
+    if (sdb_chunk_entry(L, chunk, (serial % L->id_entry_unit) * L->id_entry_size + L->id_entry_str, &str) != 0) return 0;
     return str == (uint64_t)want;
 }
 

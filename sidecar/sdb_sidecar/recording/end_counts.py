@@ -7,7 +7,7 @@ from typing import List, Optional
 # the counts of the end record that add up over the processes (ticks, late, missed: process 0's sampler's)
 SUMMED = ("samples", "torn", "retried", "reused", "errors", "yjit_no_line", "span_unsure", "in_context",
           "in_context_untimed", "spans_lost", "endpoints_refused", "threads", "symbol_errors", "names_superseded",
-          "names_unproven", "pauses_seen", "names_read_in_sweep")
+          "names_unproven", "pauses_seen", "names_read_in_sweep", "zjit_frames", "zjit_unread")
 
 
 def summed(counts: dict, others: List[dict]) -> dict:

@@ -74,6 +74,9 @@ cdef class Reads:
     cdef sdb_ctx_slot *ctx               # the in-context reads (incontext.py), NULL without them
     cdef uint32_t ctx_mask               #   slot = tid & ctx_mask
     cdef readonly uint64_t ctx_samples   # samples whose frames were read in context
+    cdef uint32_t zjit_state             # ZJIT's lightweight frames (4.1+): 0 not known yet, 1 ZJIT on, 2 off for good
+    cdef readonly uint64_t zjit_frames   # frames named by their ZJIT JIT frame record
+    cdef readonly uint64_t zjit_unread   # ZJIT frames whose record could not be read (their read dropped, torn)
 
     cdef inline ssize_t read1(self, uint64_t addr, void *dst, size_t n) noexcept nogil:
         return sdb_batch_read1(&self.batch, self.pid, addr, dst, n)
@@ -124,6 +127,7 @@ cdef class Reads:
             jb.result = R_TORN
 
     cdef int run_reqs(self) noexcept nogil
+    cdef int zjit_frame(self, RawFrame *r, uint64_t jr) noexcept nogil
     cdef int take_ctx(self, Job *job) noexcept nogil
     cdef int copy_ctx(self, Job *job) noexcept nogil
     cdef void drop_ctx(self, Job *job, uint64_t lo_ns) noexcept nogil

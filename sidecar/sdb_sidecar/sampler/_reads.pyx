@@ -292,6 +292,18 @@ cdef class Reads:
             if job.result != R_OK:
                 continue
             base = self.rawbuf + job.raw_off
+            # every frame's ISeq and pc: its control frame's, or under ZJIT's lightweight frames (4.1+)
+            # its JIT frame record's (zjit_frame)
+            for f in range(job.nf):
+                r = &self.raw[job.frame0 + f]
+                r.iseq = u64_at(base, f * self.L.cfp_size + self.L.cfp_iseq)
+                r.pc = u64_at(base, f * self.L.cfp_size + self.L.cfp_pc)
+                if self.L.zjit_frame_slot != LAYOUT_NA and self.zjit_frame(
+                        r, u64_at(base, f * self.L.cfp_size + self.L.cfp_jit_return)) != 0:
+                    job.result = R_TORN
+                    break
+            if job.result != R_OK:
+                continue
             job.cluster0 = nclusters
             cl = NULL
             c = &self.cache[job.slot]
@@ -308,8 +320,6 @@ cdef class Reads:
                 cl.preread = 1
             for f in range(job.nf):
                 r = &self.raw[job.frame0 + f]
-                r.iseq = u64_at(base, f * self.L.cfp_size + self.L.cfp_iseq)
-                r.pc = u64_at(base, f * self.L.cfp_size + self.L.cfp_pc)
                 r.ep = u64_at(base, f * self.L.cfp_size + self.L.cfp_ep)
                 r.ep_off = NO_EP
                 r.me = 0
@@ -321,7 +331,7 @@ cdef class Reads:
                     break                   # below must never see such a value)
                 if r.iseq != 0 and r.pc != 0 and memo != NULL and job.nf - 1 - f < c.nmemo \
                         and memo[job.nf - 1 - f].ep == r.ep and memo[job.nf - 1 - f].iseq == r.iseq \
-                        and not (f + 1 < job.nf and u64_at(base, (f + 1) * self.L.cfp_size + self.L.cfp_iseq) == 0):
+                        and not (f + 1 < job.nf and self.raw[job.frame0 + f + 1].iseq == 0):
                     # the same ISeq on the same env at this depth as in the last read: the same
                     # method entry (no ep words needed; but above a frame without ISeq, maybe a C
                     # function's, finish_job needs this frame's flags)
@@ -408,6 +418,43 @@ cdef class Reads:
                 return -1
         else:
             self.phase3_skips += 1
+        return 0
+
+    cdef int zjit_frame(self, RawFrame *r, uint64_t jr) noexcept nogil:
+        """A frame read on a Ruby with ZJIT's lightweight frames (4.1+), its jit_return `jr`. A frame
+        ZJIT pushed writes no ISeq or pc into its control frame (they are an older frame's there):
+        they are in its JIT frame record (zjit.h: CFP_ZJIT_FRAME, CFP_ISEQ, CFP_PC), found through
+        jr: the row's zjit_return_c_frame for a C method's frame (no ISeq, no pc), else the record's
+        address is the word zjit_frame_slot bytes below jr, on the thread's native stack. A frame
+        with a jit_return is ZJIT's when ZJIT is on (rb_zjit_entry nonzero, the gem's
+        zjit_entry_addr), else YJIT's (ZJIT is never turned off, nor on beside YJIT: zjit.rb
+        `enable`): known from the first such frame on. 0: r holds the frame's ISeq and pc; 1: the
+        record could not be read (the frame must not be named by its control frame's ISeq)."""
+        cdef uint64_t rec = 0, on = 0
+        cdef uint8_t rb[32]
+        cdef uint32_t span
+        if jr == 0:
+            return 0                    # the interpreter's frame, or one ZJIT materialized
+        if self.zjit_state == 0:
+            if self.L.zjit_entry_addr == 0 or self.read1(self.L.zjit_entry_addr, &on, 8) != 8:
+                self.zjit_unread += 1   # which JIT pushed it is not known
+                return 1
+            self.zjit_state = 1 if on != 0 else 2
+        if self.zjit_state == 2:
+            return 0                    # YJIT's frame: its control frame holds its ISeq
+        if jr == self.L.zjit_return_c_frame:
+            r.iseq = 0                  # zjit.c: rb_zjit_c_frame, no ISeq and no pc
+            r.pc = 0
+            return 0
+        span = (self.L.zjit_frame_pc if self.L.zjit_frame_pc > self.L.zjit_frame_iseq else self.L.zjit_frame_iseq) + 8
+        if span > sizeof(rb) or jr < self.L.zjit_frame_slot \
+                or self.read1(jr - self.L.zjit_frame_slot, &rec, 8) != 8 or rec == 0 \
+                or self.read1(rec, rb, span) != span:
+            self.zjit_unread += 1
+            return 1
+        r.iseq = u64_at(rb, self.L.zjit_frame_iseq)
+        r.pc = u64_at(rb, self.L.zjit_frame_pc)
+        self.zjit_frames += 1
         return 0
 
     cdef int take_ctx(self, Job *job) noexcept nogil:

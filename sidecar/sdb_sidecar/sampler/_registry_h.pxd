@@ -203,6 +203,15 @@ cdef extern from "sdb_registry.h" nogil:
         uint64_t running_ec_addr
         uint64_t gc_sweeps_addr
         uint64_t gc_count_addr
+        uint16_t zjit_frame_slot
+        uint16_t zjit_frame_pc
+        uint16_t zjit_frame_iseq
+        uint16_t zjit_return_c_frame
+        uint16_t id_chunk_data
+        uint16_t id_chunk_len
+        uint16_t id_chunk_entries
+        uint16_t reserved_v5
+        uint64_t zjit_entry_addr
 
     struct sdb_slot:
         uint64_t gen

@@ -385,7 +385,7 @@ cdef class Sampler(Slots):
         cdef uint32_t *ar = NULL
         cdef StackEnt *st = NULL
         cdef uint64_t arena0, arena1
-        cdef uint64_t cut[14]
+        cdef uint64_t cut[16]
         with nogil:
             pthread_mutex_lock(&self.mu)
             taken = self.g
@@ -413,6 +413,7 @@ cdef class Sampler(Slots):
                 cut[4] = self.torn; cut[5] = self.retried; cut[6] = self.errors; cut[7] = self.reused
                 cut[8] = self.yjit_pcs; cut[9] = self.span_unsure; cut[10] = self.threads_seen
                 cut[11] = self.gc_samples; cut[12] = self.ctx_samples; cut[13] = self.pauses_seen
+                cut[14] = self.zjit_frames; cut[15] = self.zjit_unread
                 self.start_over()
             pthread_mutex_unlock(&self.mu)
         smp = taken.samples
@@ -441,8 +442,8 @@ cdef class Sampler(Slots):
             if reset:
                 out["cut"] = dict(zip(("ticks", "late", "missed", "samples", "torn", "retried", "errors", "reused",
                                        "yjit_no_line", "span_unsure", "threads", "gc_samples", "in_context",
-                                       "pauses_seen"),
-                                      [cut[i] for i in range(14)]))
+                                       "pauses_seen", "zjit_frames", "zjit_unread"),
+                                      [cut[i] for i in range(16)]))
             if encode_samples:
                 out["samples_record"] = encode_samples_record(smp, taken.sample_len)
             else:
@@ -466,7 +467,8 @@ cdef class Sampler(Slots):
         return {"ticks": self.ticks, "late": self.late, "missed": self.missed, "samples": self.total_samples, "torn": self.torn,
                 "retried": self.retried, "errors": self.errors, "gc_samples": self.gc_samples, "reused": self.reused, "threads": self.threads_seen,
                 "yjit_no_line": self.yjit_pcs, "span_unsure": self.span_unsure, "in_context": self.ctx_samples,
-                "pauses_seen": self.pauses_seen, "start_ns": self.start_ns, "last_tick_ns": self.last_tick_ns,
+                "pauses_seen": self.pauses_seen, "zjit_frames": self.zjit_frames, "zjit_unread": self.zjit_unread,
+                "start_ns": self.start_ns, "last_tick_ns": self.last_tick_ns,
                 "read_ns_total": self.read_ns_total}
 
 

@@ -275,7 +275,13 @@ class RemoteRuby:
         ids = self.u64(table + L["symbols_ids"], "symbol table")
         chunk = self.array_entry(ids, serial // L["id_entry_unit"], "symbol table chunk")
         entry = (serial % L["id_entry_unit"]) * L["id_entry_size"] + L["id_entry_str"]
-        return self.string(self.array_entry(chunk, entry, "symbol table entry"), "method name")
+        if L["id_chunk_data"] == NA:
+            return self.string(self.array_entry(chunk, entry, "symbol table entry"), "method name")
+        # 4.1: the chunk is a T_DATA wrapping an rb_darray of entries (symbol.c, darray.h)
+        ary = self.u64(chunk + L["id_chunk_data"], "symbol table chunk's entries")
+        if entry // L["id_entry_size"] >= self.u64(ary + L["id_chunk_len"], "symbol table chunk's length"):
+            raise RemoteReadError(f"symbol table entry: index {entry} past its chunk's end")
+        return self.string(self.u64(ary + L["id_chunk_entries"] + 8 * entry, "symbol table entry"), "method name")
 
     def cfunc_name(self, me: int) -> Optional[str]:
         """The name Ruby's backtrace gives a C method frame (its original method name)."""
