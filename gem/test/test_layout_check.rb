@@ -25,7 +25,7 @@ class TestLayoutCheck < Minitest::Test
   def test_forced_unknown_layout_warns_once_and_is_disabled_with_the_file_kept
     out, err, status = run_ruby(PROBE, "SDB_FORCE_LAYOUT" => "9.9")
     assert status.success?, err
-    assert_equal ["sdb: SDB_FORCE_LAYOUT=9.9 names no layout row (known: 3.1 3.2 3.3 3.4 4.0); profiling disabled"],
+    assert_equal ["sdb: SDB_FORCE_LAYOUT=9.9 names no layout row (known: 3.1 3.2 3.3 3.4 4.0 4.1); profiling disabled"],
                  err.lines.map(&:chomp)
     r = JSON.parse(out)
     assert_equal false, r["enabled"]

@@ -15,7 +15,7 @@ class TestRegistryHeader < Minitest::Test
         "desc" => RUBY_DESCRIPTION, "slots" => nil))
     RUBY
     assert_equal "SDBREG\0\0".b, r["magic"].b
-    assert_equal 4, r["version"]
+    assert_equal 5, r["version"]
     assert_equal 192, r["slot_size"]
     assert_equal 1024, r["slot_count"]
     assert_equal 0, r["slots_offset"] % 64
