@@ -183,6 +183,25 @@ def test_a_read_in_a_sweep_that_never_ends_before_the_read_again_allowance_is_un
     assert (d.unnamed_iseqs, d.sweep_reads) == (1, 2)
 
 
+def test_a_read_refused_in_a_sweep_then_the_target_gone_is_unknown_saying_sweep():
+    # GIVEN a read refused because a sweep started since the sample is in progress
+    d = drainer_over(SweptRemote(failures=0))
+    d.note_sweeps()
+    lo = drainer._sampler.monotonic_ns()
+    d.remote.sweeps, d.remote.sweeping = 1, True
+    d.to_read.append((A, lo, INSTRUCTIONS))
+    d.name_remotely()
+    # WHEN the target exits before the next drain: its last read reads nothing
+    def gone(addr):
+        raise RemoteReadError(f"ISeq 0x{addr:x}: process gone")
+    d.remote.iseq_info = gone
+    d.name_remotely(final=True)
+    # THEN the ISeq is (unknown), its record saying the last read that read anything was refused for
+    # the sweep (the read that failed outright is a symbol error too)
+    assert d.writer.iseqs == [(A, lo, "remote", {**UNKNOWN_ISEQ, "refused": "sweep"})]
+    assert (d.unnamed_iseqs, d.sweep_reads, d.symbol_errors) == (1, 1, 1)
+
+
 def test_a_sweep_in_progress_since_before_the_sample_does_not_stop_the_read():
     # GIVEN an app idle in the middle of a lazy sweep (it allocates nothing, so the sweep does not
     # go on): the sweep started before the sample, and none since

@@ -190,19 +190,22 @@ class Drainer:
         shortly (SWEEP_WAIT_S, within the drain's budget), then it failed on what passes, and is
         read again at the next drains."""
         since = self.sweeps_at(lo)
-        self.sweep_refused.discard(addr)
         while True:
             self.remote.forget(addr)
             calm = self.remote.gc_calm()
             try:
                 if encoded and self.remote.u64(self.remote.iseq_body(addr) + self.remote.L["body_iseq_encoded"],
                                                "ISeq instructions") != encoded:
+                    self.sweep_refused.discard(addr)
                     return None, True, _sampler.monotonic_ns()
                 info = self.remote.iseq_info(addr)
             except RemoteReadError:
+                # nothing read (the target exited, the page is gone): an earlier read refused for a
+                # sweep stays the last word on this ISeq
                 return None, False, _sampler.monotonic_ns()
             if (calm is not None and self.remote.gc_calm(calm)) or \
                     (since is not None and self.remote.gc_sweeps_started() == since):
+                self.sweep_refused.discard(addr)
                 return info, False, _sampler.monotonic_ns()
             if self.sweep_wait_left <= 0:
                 self.sweep_reads += 1
