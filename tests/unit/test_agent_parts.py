@@ -1,5 +1,6 @@
 """The agent's pure parts: a process's container and pod from its cgroup path, as each runtime and
-the kubelet name them (and nothing from a path that names none), and --include/--exclude."""
+the kubelet name them (and nothing from a path that names none), --include/--exclude, and a registry
+looked at before the gem has filled it (looked at again, not left out)."""
 from __future__ import annotations
 
 from sdb_sidecar.agent.cgroup import parse
@@ -78,3 +79,28 @@ def test_a_trace_s_container_and_pod_become_otlp_resource_attributes(tmp_path):
     (rp,) = req.resource_profiles
     attrs = resource_attributes(rp)
     assert (attrs["service.name"], attrs["container.id"], attrs["k8s.pod.uid"]) == ("app", ID, UID)
+
+
+def test_a_registry_seen_before_the_gem_has_filled_it_is_looked_at_again_not_left_out(monkeypatch):
+    # GIVEN an agent that looks at a new app's registry the moment it is created (the directory
+    # watch wakes it then), while the gem has not sized it yet: "too small to be an sdb registry"
+    import io
+    from types import SimpleNamespace
+    from sdb_sidecar.agent import agent as agent_mod
+    from sdb_sidecar.errors import Exit, SdbError
+
+    def empty(pid, wait_s=0):
+        raise SdbError(f"/dev/shm/sdb-{pid} is too small to be an sdb registry", Exit.REGISTRY_FORMAT)
+    monkeypatch.setattr(agent_mod, "open_target", empty)
+    a = agent_mod.Agent.__new__(agent_mod.Agent)
+    a.pending, a.refused, a.left_out, a.stream = {}, {}, 0, io.StringIO()
+    c, key = SimpleNamespace(pid=4242), (1, 2)
+    # WHEN it tries it, and again within PENDING_GIVE_UP_S
+    a._try(c, key, 100.0)
+    a._try(c, key, 100.0 + agent_mod.PENDING_GIVE_UP_S / 2)
+    # THEN it is pending, not refused, and nothing is said
+    assert (4242 in a.pending, a.refused, a.left_out, a.stream.getvalue()) == (True, {}, 0, "")
+    # AND a registry still unreadable after PENDING_GIVE_UP_S is left out with one line that says why
+    a._try(c, key, 100.0 + agent_mod.PENDING_GIVE_UP_S + 1)
+    assert (a.refused, a.left_out) == ({4242: key}, 1)
+    assert a.stream.getvalue().count("\n") == 1 and "too small" in a.stream.getvalue()

@@ -204,8 +204,12 @@ class Agent:
         except SdbError as e:
             if e.code == Exit.NO_SUCH_PROCESS:
                 self.pending.pop(c.pid, None)
-            elif e.code == Exit.GEM_DISABLED and now - self.pending.setdefault(c.pid, now) < PENDING_GIVE_UP_S:
-                pass                    # starting: looked at again soon
+            elif e.code in (Exit.GEM_DISABLED, Exit.REGISTRY_FORMAT) \
+                    and now - self.pending.setdefault(c.pid, now) < PENDING_GIVE_UP_S:
+                # starting: looked at again soon. A registry seen the moment it is created (the
+                # directory watch wakes the agent then) is empty until the gem sizes and fills it:
+                # "too small", "bad magic" for a while, never a reason to leave the app out
+                pass
             elif e.code in (Exit.NOT_RUBY, Exit.NO_GEM):
                 self._refuse(c, key, None)     # a registry left by an earlier process: not ours to record
             else:
