@@ -484,3 +484,20 @@ def process_root(pid: int, command) -> str:
     if len(title) > 80:
         title = title[:77] + "..."
     return f"process {pid} ({title})" if title else f"process {pid}"
+
+
+def record_until_ready(tmp_path, name, program, ruby_args, *attach_args):
+    """`program` run with `ruby_args` until it prints "ready", recorded with `attach` (attach_args), killed."""
+    proc = subprocess.Popen([SDB_RUBY, *ruby_args, str(PROGRAMS / program)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ruby_env())
+    try:
+        assert proc.stdout.readline().startswith("ready"), proc.stderr.read() if proc.poll() is not None else ""
+        out = tmp_path / f"{name}.msgpack"
+        r = run_sidecar("attach", "--pid", str(proc.pid), "-o", str(out), "--quiet", *attach_args)
+        assert r.returncode == 0, r.stderr
+    finally:
+        proc.kill()
+        proc.wait()
+        if os.path.exists(registry_path(proc.pid)):   # a SIGKILLed Ruby cannot remove it
+            os.unlink(registry_path(proc.pid))
+    return read_trace(out)

@@ -5,13 +5,12 @@ top frame from 3.3 on), so lines may lag: what holds, and is tested, is that eve
 for a frame lies inside that frame's method."""
 from __future__ import annotations
 
-import os
 import subprocess
 from collections import Counter
 
 import pytest
 
-from conftest import PROGRAMS, SDB_RUBY, read_trace, registry_path, ruby_env, run_sidecar
+from conftest import SDB_RUBY, record_until_ready, ruby_env
 
 
 def yjit_available() -> bool:
@@ -26,25 +25,8 @@ pytestmark = [pytest.mark.every_ruby, pytest.mark.skipif(not yjit_available(), r
 METHOD_LINES = {"spin": range(8, 9), "busy_loop": range(10, 14)}
 
 
-def record(tmp_path, name, program, ruby_args, *attach_args):
-    """`program` run with `ruby_args` until it prints "ready", recorded with `attach` (attach_args), killed."""
-    proc = subprocess.Popen([SDB_RUBY, *ruby_args, str(PROGRAMS / program)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ruby_env())
-    try:
-        assert proc.stdout.readline().startswith("ready"), proc.stderr.read() if proc.poll() is not None else ""
-        out = tmp_path / f"{name}.msgpack"
-        r = run_sidecar("attach", "--pid", str(proc.pid), "-o", str(out), "--quiet", *attach_args)
-        assert r.returncode == 0, r.stderr
-    finally:
-        proc.kill()
-        proc.wait()
-        if os.path.exists(registry_path(proc.pid)):   # a SIGKILLed Ruby cannot remove it
-            os.unlink(registry_path(proc.pid))
-    return read_trace(out)
-
-
 def busy_stacks(tmp_path, name, ruby_args):
-    trace = record(tmp_path, name, "thread_states.rb", ruby_args, "-d", "1.5")
+    trace = record_until_ready(tmp_path, name, "thread_states.rb", ruby_args, "-d", "1.5")
     busy = trace.serial_named("busy")
     stacks = Counter(tuple(l for l in trace.labels_of(s) if l) for s in trace.samples_of(busy))
     return trace, busy, stacks
@@ -74,7 +56,7 @@ def test_a_method_yjit_runs_without_calling_out_keeps_its_samples(tmp_path):
     # no call out: YJIT never writes its frame's pc, which stays the one top_leaf_warm's frame left
     # in the same slot) and then top_leaf_warm (1,000 iterations)
     # WHEN it is recorded
-    trace = record(tmp_path, "top", "top_target.rb", ["--yjit"], "-d", "2", "--no-ebpf")
+    trace = record_until_ready(tmp_path, "top", "top_target.rb", ["--yjit"], "-d", "2", "--no-ebpf")
     sleeper = trace.serial_named("top_sleeper")
     main = [s for s in trace.samples if s[1] != sleeper]
     leaves = Counter(next((l for l in trace.labels_of(s) if l), None) for s in main)   # innermost first

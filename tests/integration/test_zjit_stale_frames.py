@@ -9,7 +9,6 @@ three frames pushed over slots that the interpreter filled last with zs_decoy_ou
 zs_decoy_leaf."""
 from __future__ import annotations
 
-import os
 import subprocess
 from collections import Counter
 
@@ -17,7 +16,7 @@ import pytest
 
 from sdb_trace import KIND_CFUNC
 
-from conftest import PROGRAMS, SDB_RUBY, read_trace, registry_path, ruby_env, run_sidecar
+from conftest import SDB_RUBY, record_until_ready, ruby_env
 
 
 def zjit_available() -> bool:
@@ -52,20 +51,8 @@ def names(trace, sample) -> tuple:
 def test_a_frame_zjit_pushed_over_another_methods_slot_is_named_by_what_runs_in_it(tmp_path):
     # GIVEN zjit_stale_frames.rb under ZJIT: thread "stale" asleep in zs_step > zs_wait > sleep, whose
     # control frames (4.1) still hold the decoys the interpreter ran last at those depths
-    proc = subprocess.Popen([SDB_RUBY, "--zjit", str(PROGRAMS / "zjit_stale_frames.rb")], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ruby_env())
-    try:
-        assert proc.stdout.readline().startswith("ready"), proc.stderr.read() if proc.poll() is not None else ""
-        out = tmp_path / "zjit.msgpack"
-        # WHEN it is recorded
-        r = run_sidecar("attach", "--pid", str(proc.pid), "-o", str(out), "--quiet", "-d", "1", "--no-ebpf")
-        assert r.returncode == 0, r.stderr
-    finally:
-        proc.kill()
-        proc.wait()
-        if os.path.exists(registry_path(proc.pid)):   # a SIGKILLed Ruby cannot remove it
-            os.unlink(registry_path(proc.pid))
-    trace = read_trace(out)
+    # WHEN it is recorded
+    trace = record_until_ready(tmp_path, "zjit", "zjit_stale_frames.rb", ["--zjit"], "-d", "1", "--no-ebpf")
     stale = trace.serial_named("stale")
     stacks = Counter(names(trace, s) for s in trace.samples_of(stale))
     # THEN no sample of the thread names a decoy: a wrong name is worse than none
