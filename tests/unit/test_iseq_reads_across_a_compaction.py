@@ -151,13 +151,19 @@ class SweptRemote(Remote):
         return dict(NAME, path="1299", realpath="1299") if self.sweeping else dict(NAME)
 
 
-def test_a_read_while_a_sweep_started_since_the_sample_is_in_progress_is_read_again_after_it():
-    # GIVEN a sample that showed the ISeq at A, then a sweep that started since and is in progress
+def a_sample_then_a_sweep_in_progress():
+    """A Drainer to name the ISeq at A, sampled at lo; since then a sweep started and is in progress."""
     d = drainer_over(SweptRemote(failures=0))
     d.note_sweeps()
     lo = drainer._sampler.monotonic_ns()
     d.remote.sweeps, d.remote.sweeping = 1, True
     d.to_read.append((A, lo, INSTRUCTIONS))
+    return d, lo
+
+
+def test_a_read_while_a_sweep_started_since_the_sample_is_in_progress_is_read_again_after_it():
+    # GIVEN a sample that showed the ISeq at A, then a sweep that started since and is in progress
+    d, lo = a_sample_then_a_sweep_in_progress()
     # WHEN the Drainer reads it, and again at the next drain once the sweep has ended
     d.name_remotely()
     written_first = list(d.writer.iseqs)
@@ -171,11 +177,7 @@ def test_a_read_while_a_sweep_started_since_the_sample_is_in_progress_is_read_ag
 
 def test_a_read_in_a_sweep_that_never_ends_before_the_read_again_allowance_is_unknown():
     # GIVEN the same, the sweep still in progress at the last read (the recording ends)
-    d = drainer_over(SweptRemote(failures=0))
-    d.note_sweeps()
-    lo = drainer._sampler.monotonic_ns()
-    d.remote.sweeps, d.remote.sweeping = 1, True
-    d.to_read.append((A, lo, INSTRUCTIONS))
+    d, lo = a_sample_then_a_sweep_in_progress()
     d.name_remotely()
     d.name_remotely(final=True)
     # THEN the ISeq is (unknown), counted, its record saying why: never the String in its path's slot
@@ -185,11 +187,7 @@ def test_a_read_in_a_sweep_that_never_ends_before_the_read_again_allowance_is_un
 
 def test_a_read_refused_in_a_sweep_then_the_target_gone_is_unknown_saying_sweep():
     # GIVEN a read refused because a sweep started since the sample is in progress
-    d = drainer_over(SweptRemote(failures=0))
-    d.note_sweeps()
-    lo = drainer._sampler.monotonic_ns()
-    d.remote.sweeps, d.remote.sweeping = 1, True
-    d.to_read.append((A, lo, INSTRUCTIONS))
+    d, lo = a_sample_then_a_sweep_in_progress()
     d.name_remotely()
     # WHEN the target exits before the next drain: its last read reads nothing
     def gone(addr):
